@@ -1,0 +1,141 @@
+"""Central input checks.
+
+Every public entry point validates user input through these helpers, never with ``assert``
+(``python -O`` strips asserts). Each message names the function, the argument, and what was
+expected versus what arrived. The exceptions are subclasses of ``ValueError`` / ``TypeError``
+so that ordinary ``except`` clauses catch them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+#: Largest |x| or |y| (pixels) a screen-space vertex may have. Snapped to 1/256 px this keeps
+#: every integer edge function inside int64 with room to spare (2**28 subpixels per axis).
+MAX_SCREEN_COORD = float(2**20)
+#: Largest width or height, in pixels, of a render target.
+MAX_IMAGE_SIDE = 16384
+
+
+class PyGpuValueError(ValueError):
+    """A value is out of range, non-finite, or of the wrong shape."""
+
+
+class PyGpuTypeError(TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend was asked for by name but cannot run here; the message says why and how to fix it."""
+
+
+class MemoryBudgetError(PyGpuValueError):
+    """The request cannot fit in the memory budget; the message says what to change."""
+
+
+def check_tensor(where: str, name: str, value: Any) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise PyGpuTypeError(f"{where}: `{name}` must be a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def check_float(where: str, name: str, t: torch.Tensor) -> None:
+    if not t.is_floating_point():
+        raise PyGpuTypeError(
+            f"{where}: `{name}` must be a floating-point tensor (float32 or float64), got {t.dtype}"
+        )
+
+
+def check_finite(where: str, name: str, t: torch.Tensor) -> None:
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+        raise PyGpuValueError(f"{where}: `{name}` contains NaN or inf (first at index {bad})")
+
+
+def check_shape(where: str, name: str, t: torch.Tensor, expected: Sequence[int | None | tuple], text: str) -> None:
+    """Check ``t.shape`` against ``expected``; ``None`` matches any size, a tuple any of its sizes."""
+    ok = t.dim() == len(expected)
+    if ok:
+        for got, want in zip(t.shape, expected):
+            if want is None:
+                continue
+            if isinstance(want, tuple):
+                ok = ok and got in want
+            else:
+                ok = ok and got == want
+    if not ok:
+        raise PyGpuValueError(f"{where}: `{name}` must have shape {text}, got {tuple(t.shape)}")
+
+
+def check_same_device(where: str, reference: torch.Tensor, **others: torch.Tensor | None) -> None:
+    for name, t in others.items():
+        if t is not None and t.device != reference.device:
+            raise PyGpuValueError(
+                f"{where}: `{name}` is on {t.device} but the vertices are on {reference.device}; "
+                "move every tensor of a batch to one device"
+            )
+
+
+def check_size(where: str, size: Any) -> tuple[int, int]:
+    """Validate an image ``size`` given as ``(height, width)``."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size, size)
+    if not isinstance(size, (tuple, list)) or len(size) != 2:
+        raise PyGpuTypeError(f"{where}: `size` must be (height, width) integers, got {size!r}")
+    height, width = size
+    check_extent(where, "height", height)
+    check_extent(where, "width", width)
+    return int(height), int(width)
+
+
+def check_extent(where: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numpy as np
+
+            if isinstance(value, np.integer):
+                value = int(value)
+        except ImportError:  # pragma: no cover - numpy is a core dependency
+            pass
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PyGpuTypeError(f"{where}: `{name}` must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise PyGpuValueError(f"{where}: `{name}` must be positive, got {value}")
+    if value > MAX_IMAGE_SIDE:
+        raise PyGpuValueError(
+            f"{where}: `{name}` = {value} exceeds the largest supported side ({MAX_IMAGE_SIDE} px); "
+            "render in tiles or at a lower resolution"
+        )
+    return value
+
+
+def check_rgb(where: str, name: str, value: Any, *, scale: float) -> tuple[float, float, float]:
+    """Validate an RGB triple; ``scale`` is 1.0 for float colors and 255 for 8-bit ones."""
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise PyGpuTypeError(f"{where}: `{name}` must be an (r, g, b) sequence, got {value!r}") from None
+    if len(items) != 3:
+        raise PyGpuValueError(f"{where}: `{name}` must have exactly 3 channels, got {len(items)}")
+    out = []
+    for channel in items:
+        try:
+            f = float(channel)
+        except (TypeError, ValueError):
+            raise PyGpuTypeError(f"{where}: `{name}` channels must be numbers, got {channel!r}") from None
+        if f != f or f in (float("inf"), float("-inf")):
+            raise PyGpuValueError(f"{where}: `{name}` channels must be finite, got {channel!r}")
+        out.append(f / scale)
+    return out[0], out[1], out[2]
+
+
+def check_positive(where: str, name: str, value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise PyGpuTypeError(f"{where}: `{name}` must be a number, got {value!r}") from None
+    if not f > 0 or f == float("inf"):
+        raise PyGpuValueError(f"{where}: `{name}` must be a finite number > 0, got {value!r}")
+    return f

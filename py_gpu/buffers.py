@@ -1,0 +1,192 @@
+"""Dependency-free frame and depth buffers (the py_gpu 0.0.1 API, kept source-compatible)."""
+
+from __future__ import annotations
+
+from binascii import crc32
+from dataclasses import dataclass, field
+from pathlib import Path
+from struct import pack
+from zlib import compress
+
+from ._check import PyGpuTypeError, PyGpuValueError
+
+ColorLike = tuple[int, int, int]
+
+
+def clamp_channel(value: int | float) -> int:
+    """Round and clamp one 0-255 channel."""
+    return max(0, min(255, int(round(value))))
+
+
+def as_rgb(value: ColorLike) -> ColorLike:
+    """Validate a 0-255 RGB triple and clamp each channel."""
+    try:
+        n = len(value)
+    except TypeError:
+        raise PyGpuTypeError(f"RGB colors must be a sequence of three numbers, got {value!r}") from None
+    if n != 3:
+        raise PyGpuValueError(f"RGB colors must have exactly three channels, got {n}")
+    for channel in value:
+        if isinstance(channel, float) and channel != channel:
+            raise PyGpuValueError(f"RGB color channels must be finite, got {value!r}")
+    return (clamp_channel(value[0]), clamp_channel(value[1]), clamp_channel(value[2]))
+
+
+def _validate_dimensions(width: int, height: int) -> None:
+    if isinstance(width, bool) or isinstance(height, bool) or not isinstance(width, int) or not isinstance(height, int):
+        raise PyGpuTypeError(f"buffer dimensions must be ints, got width={width!r}, height={height!r}")
+    if width <= 0 or height <= 0:
+        raise PyGpuValueError(f"buffer dimensions must be positive, got width={width}, height={height}")
+
+
+@dataclass
+class FrameBuffer:
+    """A row-major RGB byte buffer: ``pixels[(y * width + x) * 3 + channel]``, row 0 at the top."""
+
+    width: int
+    height: int
+    pixels: bytearray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        _validate_dimensions(self.width, self.height)
+        expected = self.width * self.height * 3
+        if len(self.pixels) != expected:
+            raise PyGpuValueError(f"frame buffer requires {expected} bytes, got {len(self.pixels)}")
+
+    @classmethod
+    def new(cls, width: int, height: int, fill: ColorLike = (0, 0, 0)) -> "FrameBuffer":
+        _validate_dimensions(width, height)
+        buffer = cls(width, height, bytearray(width * height * 3))
+        buffer.clear(fill)
+        return buffer
+
+    def clear(self, color: ColorLike = (0, 0, 0)) -> None:
+        r, g, b = as_rgb(color)
+        self.pixels[:] = bytes((r, g, b)) * (self.width * self.height)
+
+    def index(self, x: int, y: int) -> int:
+        if not (0 <= x < self.width and 0 <= y < self.height):
+            raise IndexError(f"pixel coordinate out of bounds: {(x, y)}")
+        return (y * self.width + x) * 3
+
+    def set_pixel(self, x: int, y: int, color: ColorLike) -> None:
+        """Set one pixel; coordinates outside the buffer are ignored (as in 0.0.1)."""
+        if 0 <= x < self.width and 0 <= y < self.height:
+            offset = (y * self.width + x) * 3
+            self.pixels[offset : offset + 3] = bytes(as_rgb(color))
+
+    def get_pixel(self, x: int, y: int) -> ColorLike:
+        offset = self.index(x, y)
+        return (self.pixels[offset], self.pixels[offset + 1], self.pixels[offset + 2])
+
+    # ---- array interop ----------------------------------------------------------------------
+    def to_numpy(self):
+        """uint8 numpy array ``[H, W, 3]`` (a copy)."""
+        import numpy as np
+
+        return np.frombuffer(bytes(self.pixels), dtype=np.uint8).reshape(self.height, self.width, 3).copy()
+
+    def to_tensor(self, device=None):
+        """uint8 torch tensor ``[H, W, 3]`` (a copy) on ``device``."""
+        import torch
+
+        return torch.from_numpy(self.to_numpy()).to(device) if device is not None else torch.from_numpy(self.to_numpy())
+
+    @classmethod
+    def from_numpy(cls, array) -> "FrameBuffer":
+        """Build from a uint8 ``[H, W, 3]`` array (numpy or anything ``np.asarray`` accepts)."""
+        import numpy as np
+
+        arr = np.asarray(array)
+        if arr.dtype != np.uint8:
+            raise PyGpuTypeError(f"FrameBuffer.from_numpy: `array` must be uint8, got {arr.dtype}")
+        if arr.ndim != 3 or arr.shape[2] != 3:
+            raise PyGpuValueError(f"FrameBuffer.from_numpy: `array` must have shape [H, W, 3], got {arr.shape}")
+        height, width = arr.shape[:2]
+        return cls(int(width), int(height), bytearray(np.ascontiguousarray(arr).tobytes()))
+
+    # ---- files --------------------------------------------------------------------------------
+    def to_rgb_bytes(self) -> bytes:
+        return bytes(self.pixels)
+
+    def to_ppm_bytes(self) -> bytes:
+        header = f"P6\n{self.width} {self.height}\n255\n".encode("ascii")
+        return header + self.to_rgb_bytes()
+
+    def to_ppm(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.to_ppm_bytes())
+
+    def to_png_bytes(self) -> bytes:
+        """PNG file contents; uses pillow when installed, a small built-in encoder otherwise."""
+        try:
+            from io import BytesIO
+
+            from PIL import Image
+        except ImportError:
+            return _encode_png(self.width, self.height, self.pixels)
+        out = BytesIO()
+        Image.frombytes("RGB", (self.width, self.height), bytes(self.pixels)).save(out, format="PNG")
+        return out.getvalue()
+
+    def to_png(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.to_png_bytes())
+
+
+def _encode_png(width: int, height: int, pixels: bytes | bytearray) -> bytes:
+    """Minimal truecolor PNG encoder (filter 0 on every row)."""
+    stride = width * 3
+    rows = bytearray()
+    for y in range(height):
+        rows.append(0)
+        rows.extend(pixels[y * stride : (y + 1) * stride])
+    return b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            _png_chunk(b"IHDR", pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)),
+            _png_chunk(b"IDAT", compress(bytes(rows))),
+            _png_chunk(b"IEND", b""),
+        ]
+    )
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    checksum = crc32(kind + data) & 0xFFFFFFFF
+    return pack(">I", len(data)) + kind + data + pack(">I", checksum)
+
+
+@dataclass
+class DepthBuffer:
+    """A row-major depth buffer where smaller values are closer."""
+
+    width: int
+    height: int
+    values: list[float] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        _validate_dimensions(self.width, self.height)
+        expected = self.width * self.height
+        if len(self.values) != expected:
+            raise PyGpuValueError(f"depth buffer requires {expected} values, got {len(self.values)}")
+
+    @classmethod
+    def new(cls, width: int, height: int, fill: float = float("inf")) -> "DepthBuffer":
+        _validate_dimensions(width, height)
+        return cls(width, height, [fill] * (width * height))
+
+    def clear(self, value: float = float("inf")) -> None:
+        self.values[:] = [value] * (self.width * self.height)
+
+    def to_numpy(self):
+        """float64 numpy array ``[H, W]``."""
+        import numpy as np
+
+        return np.asarray(self.values, dtype=np.float64).reshape(self.height, self.width)
+
+    @classmethod
+    def from_numpy(cls, array) -> "DepthBuffer":
+        import numpy as np
+
+        arr = np.asarray(array, dtype=np.float64)
+        if arr.ndim != 2:
+            raise PyGpuValueError(f"DepthBuffer.from_numpy: `array` must have shape [H, W], got {arr.shape}")
+        return cls(int(arr.shape[1]), int(arr.shape[0]), arr.ravel().tolist())

@@ -1,0 +1,96 @@
+"""Screen-space seed classes from py_gpu 0.0.1, and their conversion to and from ``TriangleBatch``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._check import PyGpuTypeError, PyGpuValueError
+from .buffers import ColorLike, as_rgb
+
+
+@dataclass(frozen=True)
+class ScreenVertex:
+    """A projected vertex in pixel coordinates (y down, pixel centers at +0.5) plus depth."""
+
+    x: float
+    y: float
+    z: float
+
+
+@dataclass(frozen=True)
+class ScreenTriangle:
+    """A projected triangle with one flat 0-255 RGB color."""
+
+    a: ScreenVertex
+    b: ScreenVertex
+    c: ScreenVertex
+    color: ColorLike = (255, 255, 255)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "color", as_rgb(self.color))
+
+
+@dataclass(frozen=True)
+class RasterBatch:
+    """A batch of projected triangles ready for a raster backend."""
+
+    triangles: tuple[ScreenTriangle, ...]
+
+    def __init__(self, triangles) -> None:
+        object.__setattr__(self, "triangles", tuple(triangles))
+
+    def to_triangle_batch(self, *, dtype: torch.dtype = torch.float64, device=None):
+        """This batch as a ``B = 1`` screen-space ``TriangleBatch`` with flat face colors in [0, 1]."""
+        return raster_batch_to_triangle_batch(self, dtype=dtype, device=device)
+
+
+def raster_batch_to_triangle_batch(batch: RasterBatch, *, dtype: torch.dtype = torch.float64, device=None):
+    """Seed ``RasterBatch`` -> ``TriangleBatch`` (3 unshared vertices per face, flat colors / 255)."""
+    import numpy as np
+
+    from .contracts import TriangleBatch
+
+    if not isinstance(batch, RasterBatch):
+        raise PyGpuTypeError(f"expected a RasterBatch, got {type(batch).__name__}")
+    tris = batch.triangles
+    n = len(tris)
+    coords = np.empty((n, 3, 3), dtype=np.float64)
+    colors = np.empty((n, 3), dtype=np.float64)
+    for i, t in enumerate(tris):
+        if not isinstance(t, ScreenTriangle):
+            raise PyGpuTypeError(f"RasterBatch.triangles[{i}] must be a ScreenTriangle, got {type(t).__name__}")
+        coords[i] = ((t.a.x, t.a.y, t.a.z), (t.b.x, t.b.y, t.b.z), (t.c.x, t.c.y, t.c.z))
+        colors[i] = t.color
+    vertices = torch.from_numpy(coords.reshape(1, n * 3, 3)).to(dtype=dtype, device=device)
+    faces = torch.arange(n * 3, dtype=torch.int64, device=device).reshape(n, 3)
+    face_colors = torch.from_numpy(colors / 255.0).to(dtype=dtype, device=device).reshape(1, n, 3)
+    return TriangleBatch(vertices, faces, face_colors=face_colors)
+
+
+def triangle_batch_to_raster_batch(batch, index: int = 0) -> RasterBatch:
+    """``TriangleBatch`` element ``index`` -> seed ``RasterBatch``.
+
+    The seed format has one flat color per triangle: per-vertex colors are averaged over the
+    face's vertices. Colors are quantized to 0-255 with the raster rule.
+    """
+    if batch.is_clip_space:
+        raise PyGpuValueError("to_raster_batch: needs screen-space [B, V, 3] vertices, got clip space")
+    if not 0 <= index < batch.batch_size:
+        raise PyGpuValueError(f"to_raster_batch: `index` {index} out of range for batch size {batch.batch_size}")
+    verts = batch.vertices[index].detach().cpu().double()
+    faces = batch.faces.cpu()
+    if batch.face_colors is not None:
+        face_rgb = batch.face_colors[index, :, :3].detach().cpu().double()
+    elif batch.vertex_colors is not None:
+        face_rgb = batch.vertex_colors[index].detach().cpu().double()[faces].mean(dim=1)[:, :3]
+    else:
+        face_rgb = torch.ones(faces.shape[0], 3, dtype=torch.float64)
+    rgb = torch.floor(face_rgb.clamp(0, 1) * 255.0 + 0.5).to(torch.int64).tolist()
+    tri_xyz = verts[faces].tolist()
+    triangles = [
+        ScreenTriangle(ScreenVertex(*a), ScreenVertex(*b), ScreenVertex(*c), tuple(color))
+        for (a, b, c), color in zip(tri_xyz, rgb)
+    ]
+    return RasterBatch(triangles)

@@ -1,0 +1,18 @@
+"""Rasterizers: the pure-Python reference, NumPy, and (when present) the torch hard/soft paths.
+
+``from py_gpu.raster import CPURasterBackend`` keeps working as in py_gpu 0.0.1.
+"""
+
+from .numpy_raster import rasterize_numpy
+from .reference import rasterize_reference
+
+
+def __getattr__(name):  # lazy: backends import this package
+    if name == "CPURasterBackend":
+        from ..backends.cpu import CPURasterBackend
+
+        return CPURasterBackend
+    raise AttributeError(name)
+
+
+__all__ = ["CPURasterBackend", "rasterize_numpy", "rasterize_reference"]

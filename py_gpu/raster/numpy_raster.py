@@ -1,0 +1,249 @@
+"""NumPy rasterizer, vectorized across triangles, bit-identical to the reference.
+
+Algorithm (per batch element, faces in chunks that fit the memory budget):
+  1. snap all faces to the 1/256 grid and orient them positively (int64);
+  2. expand each face into the pixel rows its snapped bounding box crosses;
+  3. per (face, row) solve the three integer edge inequalities for the exact column span,
+     tie rule included, so only covered pixels become fragments;
+  4. evaluate float64 barycentrics and depth per fragment in the rule's operation order;
+  5. resolve depth per pixel: min depth, then min face index among equal depths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._check import MemoryBudgetError
+from ..contracts import Fragments, TriangleBatch
+from ..settings import DEFAULT_MEMORY_BUDGET
+from .rule import HALF_PIXEL, SUBPIXEL
+
+# Bytes of temporaries per fragment and per (face, row) span, used to size chunks.
+_BYTES_PER_FRAGMENT = 160
+_BYTES_PER_SPAN = 200
+
+
+def _ceil_div(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    return -((-a) // b)
+
+
+def setup_faces(X: np.ndarray, Y: np.ndarray):
+    """Snapped int64 ``[F, 3]`` coordinates -> (valid mask, per-edge (ax, ay, dx, dy, owned) for positive faces)."""
+    area = (X[:, 1] - X[:, 0]) * (Y[:, 2] - Y[:, 0]) - (Y[:, 1] - Y[:, 0]) * (X[:, 2] - X[:, 0])
+    flip = area < 0
+    order = np.where(flip[:, None], np.array([0, 2, 1]), np.array([0, 1, 2]))
+    Xo = np.take_along_axis(X, order, axis=1)
+    Yo = np.take_along_axis(Y, order, axis=1)
+    ax, ay = Xo, Yo
+    bx, by = np.roll(Xo, -1, axis=1), np.roll(Yo, -1, axis=1)
+    dx, dy = bx - ax, by - ay
+    owned = (dy < 0) | ((dy == 0) & (dx < 0))
+    return area != 0, area, ax, ay, dx, dy, owned
+
+
+def row_spans(rows: np.ndarray, ax, ay, dx, dy, owned, width: int):
+    """Exact covered column span ``[c0, c1]`` per (face, row); inputs are per-span gathered ``[S, 3]``."""
+    py = rows * SUBPIXEL + HALF_PIXEL  # [S]
+    # E(c) = dx*(py - ay) - dy*(256*c + 128 - ax) = alpha + beta*c ; need E >= t (t = 0 owned, 1 not).
+    alpha = dx * (py[:, None] - ay) - dy * (HALF_PIXEL - ax)
+    beta = -dy * SUBPIXEL
+    t = np.where(owned, 0, 1)
+    need = t - alpha  # beta * c >= need
+    big = np.int64(1 << 40)
+    safe_beta = np.where(beta == 0, 1, beta)
+    # beta > 0: c >= ceil(need / beta);  beta < 0: c <= floor(need / beta) (the division flips it)
+    lo = np.where(beta > 0, _ceil_div(need, safe_beta), -big)
+    hi = np.where(beta < 0, need // safe_beta, big)
+    dead = (beta == 0) & (alpha < t)
+    c0 = np.maximum(lo.max(axis=1), 0)
+    c1 = np.minimum(hi.min(axis=1), width - 1)
+    c1 = np.where(dead.any(axis=1), -1, c1)
+    return c0, c1
+
+
+class _Resolver:
+    """Per-pixel z-resolve across chunks: min depth, then min face index."""
+
+    def __init__(self, n_pixels: int):
+        self.depth = np.full(n_pixels, np.inf)
+        self.face = np.full(n_pixels, -1, dtype=np.int64)
+        self.l = np.zeros((n_pixels, 3))
+
+    def add(self, pix, face, z, l0, l1, l2) -> None:
+        n = self.depth.shape[0]
+        zc = np.full(n, np.inf)
+        np.minimum.at(zc, pix, z)
+        at_min = z == zc[pix]
+        fc = np.full(n, np.iinfo(np.int64).max)
+        np.minimum.at(fc, pix[at_min], face[at_min])
+        win = at_min & (face == fc[pix])
+        wp = pix[win]
+        # chunks arrive front to back, not in face order: compare (depth, face) lexicographically
+        old_z = self.depth[wp]
+        better = (zc[wp] < old_z) | ((zc[wp] == old_z) & (face[win] < self.face[wp]))
+        wp = wp[better]
+        idx = np.flatnonzero(win)[better]
+        self.depth[wp] = z[idx]
+        self.face[wp] = face[idx]
+        self.l[wp, 0] = l0[idx]
+        self.l[wp, 1] = l1[idx]
+        self.l[wp, 2] = l2[idx]
+
+
+def rasterize_numpy(
+    batch: TriangleBatch, size: tuple[int, int], *, memory_budget: int = DEFAULT_MEMORY_BUDGET, cull_backfaces: bool = False
+) -> Fragments:
+    """Hard-mode fragments (K = 1), bit-identical to :func:`rasterize_reference`."""
+    height, width = size
+    screen = batch.screen_vertices(size).detach().to("cpu", torch.float64).numpy()  # [B, V, 3]
+    w_all = batch.vertices[..., 3].detach().to("cpu", torch.float64).numpy() if batch.is_clip_space else None
+    faces = batch.faces.cpu().numpy()
+    max_frags = max(1, memory_budget // _BYTES_PER_FRAGMENT)
+    max_spans = max(1, memory_budget // _BYTES_PER_SPAN)
+    if width > max_frags or height > max_spans:
+        raise MemoryBudgetError(
+            f"rasterize_numpy: memory_budget={memory_budget} bytes cannot hold one row of a {width}x{height} "
+            f"image; raise memory_budget to at least {max(width * _BYTES_PER_FRAGMENT, height * _BYTES_PER_SPAN)}"
+        )
+    out_face = np.empty((batch.batch_size, height * width), dtype=np.int64)
+    out_l = np.empty((batch.batch_size, height * width, 3))
+    out_z = np.empty((batch.batch_size, height * width))
+    for b in range(batch.batch_size):
+        res = _Resolver(height * width)
+        _raster_element(screen[b], None if w_all is None else w_all[b], faces, height, width, res, max_frags, max_spans, cull_backfaces)
+        out_face[b], out_l[b], out_z[b] = res.face, res.l, res.depth
+    shape = (batch.batch_size, height, width, 1)
+    return Fragments(
+        face_index=torch.from_numpy(out_face).reshape(shape),
+        bary=torch.from_numpy(out_l).reshape(*shape, 3),
+        depth=torch.from_numpy(out_z).reshape(shape),
+    )
+
+
+def _raster_element(verts, ws, faces, height, width, res: _Resolver, max_frags: int, max_spans: int, cull: bool) -> None:
+    if faces.shape[0] == 0:
+        return
+    tri = verts[faces]  # [F, 3, 3] float64
+    X = np.rint(tri[..., 0] * SUBPIXEL).astype(np.int64)
+    Y = np.rint(tri[..., 1] * SUBPIXEL).astype(np.int64)
+    valid, area, ax, ay, dx, dy, owned = setup_faces(X, Y)
+    if cull:
+        valid &= area < 0
+    row0 = np.maximum(_ceil_div(Y.min(axis=1) - HALF_PIXEL, SUBPIXEL), 0)
+    row1 = np.minimum((Y.max(axis=1) - HALF_PIXEL) // SUBPIXEL, height - 1)
+    col0 = np.maximum(_ceil_div(X.min(axis=1) - HALF_PIXEL, SUBPIXEL), 0)
+    col1 = np.minimum((X.max(axis=1) - HALF_PIXEL) // SUBPIXEL, width - 1)
+    live = np.flatnonzero(valid & (row0 <= row1) & (col0 <= col1))
+    if live.size == 0:
+        return
+    consts, zmin = _face_constants(tri, X, Y)
+    # Front to back: the resolve is order-independent (min depth, then min face index), and
+    # faces whose nearest possible depth is behind the depth buffer are rejected early.
+    live = live[np.argsort(zmin[live], kind="stable")]
+    nrows = (row1 - row0 + 1)[live]
+    est = nrows * (col1 - col0 + 1)[live] // 2 + 1  # about half the box is covered
+    starts = np.concatenate(([0], np.cumsum(nrows)))
+    est_starts = np.concatenate(([0], np.cumsum(est)))
+    chunk_frags = min(max_frags, 1 << 17)
+    f_lo, n_live = 0, live.size
+    while f_lo < n_live:
+        # faces [f_lo, f_hi): by rows (span budget) and estimated fragments (early-z granularity)
+        f_hi = int(np.searchsorted(starts, starts[f_lo] + max_spans, side="right")) - 1
+        f_hi = min(f_hi, int(np.searchsorted(est_starts, est_starts[f_lo] + chunk_frags, side="right")) - 1)
+        f_hi = max(f_hi, f_lo + 1)
+        if nrows[f_lo] > max_spans:  # one face taller than the span budget: split its rows
+            for r in range(0, int(nrows[f_lo]), max_spans):
+                _chunk(live[f_lo:f_lo + 1], row0[live[f_lo:f_lo + 1]] + r,
+                       np.minimum(nrows[f_lo:f_lo + 1] - r, max_spans), ax, ay, dx, dy, owned, col0, col1,
+                       consts, zmin, ws, faces, width, res, max_frags)
+            f_lo += 1
+            continue
+        sel = live[f_lo:f_hi]
+        _chunk(sel, row0[sel], nrows[f_lo:f_hi], ax, ay, dx, dy, owned, col0, col1, consts, zmin, ws, faces,
+               width, res, max_frags)
+        f_lo = f_hi
+
+
+def _face_constants(tri: np.ndarray, X: np.ndarray, Y: np.ndarray):
+    """Per-face float64 constants of the barycentric formula, and a conservative nearest depth.
+
+    The values are exactly the sub-expressions of :func:`rule.barycentrics`, so evaluating the
+    rest per fragment gives bit-identical results.
+    """
+    x0, y0, z0 = tri[:, 0, 0], tri[:, 0, 1], tri[:, 0, 2]
+    x1, y1, z1 = tri[:, 1, 0], tri[:, 1, 1], tri[:, 1, 2]
+    x2, y2, z2 = tri[:, 2, 0], tri[:, 2, 1], tri[:, 2, 2]
+    d = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+    fallback = d == 0.0
+    if fallback.any():  # float area zero: the rule uses the snapped positions
+        sx, sy = X / SUBPIXEL, Y / SUBPIXEL
+        x0, y0 = np.where(fallback, sx[:, 0], x0), np.where(fallback, sy[:, 0], y0)
+        x1, y1 = np.where(fallback, sx[:, 1], x1), np.where(fallback, sy[:, 1], y1)
+        x2, y2 = np.where(fallback, sx[:, 2], x2), np.where(fallback, sy[:, 2], y2)
+        d = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+    consts = np.stack([x2 - x1, y2 - y1, x0 - x2, y0 - y2, x1 - x0, y1 - y0, x0, y0, x1, y1, x2, y2, d, z0, z1, z2])
+    # Nearest depth over the snapped triangle (covered samples lie inside it): the affine depth
+    # evaluated at the snapped corners, minus a generous rounding margin.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zs = []
+        for k in range(3):
+            px, py = X[:, k] / SUBPIXEL, Y[:, k] / SUBPIXEL
+            l0 = ((x2 - x1) * (py - y1) - (y2 - y1) * (px - x1)) / d
+            l1 = ((x0 - x2) * (py - y2) - (y0 - y2) * (px - x2)) / d
+            l2 = ((x1 - x0) * (py - y0) - (y1 - y0) * (px - x0)) / d
+            zs.append((l0 * z0 + l1 * z1 + l2 * z2, np.abs(l0) + np.abs(l1) + np.abs(l2)))
+        zmin = np.minimum(np.minimum(zs[0][0], zs[1][0]), zs[2][0])
+        cond = np.maximum(np.maximum(zs[0][1], zs[1][1]), zs[2][1])
+        scale = np.maximum(np.maximum(np.abs(z0), np.abs(z1)), np.abs(z2))
+        zmin = zmin - 1e-9 * (1.0 + cond) * (scale + 1e-300)
+    zmin = np.where(np.isfinite(zmin), zmin, -np.inf)
+    return consts, zmin
+
+
+def _chunk(sel, first_row, counts, ax, ay, dx, dy, owned, col0, col1, consts, zmin, ws, faces, width, res, max_frags):
+    """Rasterize faces ``sel`` over ``counts`` rows each, starting at ``first_row``."""
+    span_face = np.repeat(sel, counts)
+    offs = np.arange(span_face.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    rows = np.repeat(first_row, counts) + offs
+    c0, c1 = row_spans(rows, ax[span_face], ay[span_face], dx[span_face], dy[span_face], owned[span_face], width)
+    c0 = np.maximum(c0, col0[span_face])
+    c1 = np.minimum(c1, col1[span_face])
+    lengths = np.maximum(c1 - c0 + 1, 0)
+    keep = lengths > 0
+    span_face, rows, c0, lengths = span_face[keep], rows[keep], c0[keep], lengths[keep]
+    ends = np.cumsum(lengths)
+    n = int(ends[-1]) if ends.size else 0
+    begin = 0
+    while begin < n:  # fragments in pieces of at most max_frags (spans are never split)
+        i0 = int(np.searchsorted(ends, begin, side="right"))
+        i1 = max(i0 + 1, int(np.searchsorted(ends, begin + max_frags, side="right")))
+        cnt = lengths[i0:i1]
+        fr_span = np.repeat(np.arange(i0, i1), cnt)
+        col = np.arange(fr_span.size) - np.repeat(np.cumsum(cnt) - cnt - c0[i0:i1], cnt)
+        row = rows[fr_span]
+        face = span_face[fr_span]
+        pix = row * width + col
+        alive = res.depth[pix] >= zmin[face]  # early depth rejection (conservative)
+        if not alive.all():
+            pix, face, row, col = pix[alive], face[alive], row[alive], col[alive]
+        if pix.size:
+            _fragments(pix, face, row, col, consts, ws, faces, res)
+        begin = int(ends[i1 - 1])
+
+
+def _fragments(pix, face, row, col, consts, ws, faces, res: _Resolver) -> None:
+    g = consts[:, face]  # [16, N] contiguous rows
+    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = g
+    px = col + 0.5
+    py = row + 0.5
+    l0 = (e0x * (py - y1) - e0y * (px - x1)) / d
+    l1 = (e1x * (py - y2) - e1y * (px - x2)) / d
+    l2 = (e2x * (py - y0) - e2y * (px - x0)) / d
+    z = l0 * z0 + l1 * z1 + l2 * z2
+    if ws is not None:
+        wf = ws[faces[face]]  # [N, 3]
+        q0, q1, q2 = l0 / wf[:, 0], l1 / wf[:, 1], l2 / wf[:, 2]
+        s = q0 + q1 + q2
+        l0, l1, l2 = q0 / s, q1 / s, q2 / s
+    res.add(pix, face, z, l0, l1, l2)
