@@ -21,8 +21,8 @@ def shade_hard(batch: TriangleBatch, frags: Fragments, background: tuple[float, 
     B, H, W = face.shape
     colors = batch.colors
     C = 3 if colors is None else colors.shape[-1]
-    if colors is None:
-        rgb = torch.ones(B, H, W, 3, dtype=dtype, device=face.device)
+    if colors is None or batch.num_faces == 0:
+        rgb = torch.ones(B, H, W, C, dtype=dtype, device=face.device)
     elif batch.face_colors is not None:
         fc = batch.face_colors.to(dtype)  # [B, F, C]
         rgb = torch.gather(fc, 1, safe.reshape(B, -1, 1).expand(-1, -1, C)).reshape(B, H, W, C)

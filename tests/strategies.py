@@ -1,0 +1,60 @@
+"""Hypothesis strategies for random small triangle batches that stress the raster rule.
+
+Vertices mix: coordinates on the pixel-center lattice and the 1/256 grid (exact edge ties),
+plain random floats, sub-pixel jitter, far off-screen and huge values. Faces reuse vertices
+(shared edges) and include degenerate (repeated or collinear) and edge-on triangles.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from py_gpu import TriangleBatch
+
+
+def coordinate(extent: int):
+    on_center = st.integers(-2, 2 * extent + 2).map(lambda k: k / 2.0)  # pixel centers and corners
+    on_grid = st.integers(-4 * 256, (extent + 4) * 256).map(lambda k: k / 256.0)
+    free = st.floats(-3.0, extent + 3.0, allow_nan=False, allow_infinity=False)
+    huge = st.floats(-5000.0, 5000.0, allow_nan=False, allow_infinity=False)
+    return st.one_of(on_center, on_grid, free, huge)
+
+
+@st.composite
+def small_batches(draw, max_faces: int = 6, with_colors: str | None = None, clip_space: bool = False):
+    """A screen-space (or clip-space) ``TriangleBatch`` of B=1, plus its ``(H, W)`` size."""
+    height = draw(st.integers(1, 14))
+    width = draw(st.integers(1, 14))
+    extent = max(height, width)
+    n_verts = draw(st.integers(3, 9))
+    xs = draw(st.lists(coordinate(width), min_size=n_verts, max_size=n_verts))
+    ys = draw(st.lists(coordinate(height), min_size=n_verts, max_size=n_verts))
+    zs = draw(st.lists(st.sampled_from([0.25, 0.5, 0.5, 0.75, 1.0, 2.0]) | st.floats(0.0, 4.0), min_size=n_verts, max_size=n_verts))
+    n_faces = draw(st.integers(0, max_faces))
+    faces = []
+    for _ in range(n_faces):
+        kind = draw(st.sampled_from(["any", "any", "degenerate", "collinear"]))
+        a, b, c = (draw(st.integers(0, n_verts - 1)) for _ in range(3))
+        if kind == "degenerate":
+            c = a
+        faces.append([a, b, c])
+        if kind == "collinear" and n_verts >= 3:
+            # make vertex c the midpoint of a-b (an edge-on triangle)
+            xs[c] = (xs[a] + xs[b]) / 2
+            ys[c] = (ys[a] + ys[b]) / 2
+    verts = torch.tensor([xs, ys, zs], dtype=torch.float64).T.unsqueeze(0)
+    if clip_space:
+        w = torch.tensor(draw(st.lists(st.floats(0.5, 3.0), min_size=n_verts, max_size=n_verts)), dtype=torch.float64)
+        x_ndc = 2 * verts[0, :, 0] / width - 1
+        y_ndc = 1 - 2 * verts[0, :, 1] / height
+        verts = torch.stack([x_ndc * w, y_ndc * w, verts[0, :, 2] / 4 * w, w], -1).unsqueeze(0)
+    faces_t = torch.tensor(faces, dtype=torch.int64).reshape(-1, 3)
+    kwargs = {}
+    if with_colors == "vertex":
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+        kwargs["vertex_colors"] = torch.rand(1, n_verts, 3, generator=g, dtype=torch.float64)
+    elif with_colors == "face":
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+        kwargs["face_colors"] = torch.rand(1, len(faces), 3, generator=g, dtype=torch.float64)
+    return TriangleBatch(verts, faces_t, **kwargs), (height, width)
