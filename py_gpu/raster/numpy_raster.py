@@ -1,12 +1,17 @@
 """NumPy rasterizer, vectorized across triangles, bit-identical to the reference.
 
-Algorithm (per batch element, faces in chunks that fit the memory budget):
-  1. snap all faces to the 1/256 grid and orient them positively (int64);
-  2. expand each face into the pixel rows its snapped bounding box crosses;
-  3. per (face, row) solve the three integer edge inequalities for the exact column span,
-     tie rule included, so only covered pixels become fragments;
-  4. evaluate float64 barycentrics and depth per fragment in the rule's operation order;
-  5. resolve depth per pixel: min depth, then min face index among equal depths.
+Algorithm (per batch element):
+  1. snap all faces to the 1/256 grid and orient them positively (int64); compute per-face
+     float64 constants of the barycentric formula and a conservative nearest depth;
+  2. sort faces front to back by that depth and cut them into chunks (by an estimate of their
+     fragments, and by the memory budget);
+  3. per chunk, expand each face into the pixel rows of its snapped bounding box and solve the
+     three integer edge inequalities for the exact covered column span, tie rule included;
+  4. split spans at 16-pixel depth blocks and drop segments whose block is already nearer than
+     the face can be (early depth rejection; conservative, so results are unchanged);
+  5. evaluate float64 barycentrics and depth per surviving fragment in the rule's operation
+     order, and resolve per pixel: min depth, then min face index among equal depths. The
+     resolve does not depend on the order in which faces arrive, so sorting is free.
 """
 
 from __future__ import annotations
@@ -62,33 +67,65 @@ def row_spans(rows: np.ndarray, ax, ay, dx, dy, owned, width: int):
     return c0, c1
 
 
-class _Resolver:
-    """Per-pixel z-resolve across chunks: min depth, then min face index."""
+#: Width of the depth blocks used for early rejection of whole span segments.
+_BLOCK = 16
 
-    def __init__(self, n_pixels: int):
-        self.depth = np.full(n_pixels, np.inf)
-        self.face = np.full(n_pixels, -1, dtype=np.int64)
-        self.l = np.zeros((n_pixels, 3))
+
+class _Resolver:
+    """Per-pixel z-resolve across chunks (min depth, then min face index) plus a per-block depth
+    maximum used to reject occluded span segments before they become fragments.
+
+    Pixels are indexed ``row * padded_width + col``; padding columns hold -inf so they never
+    raise a block's maximum.
+    """
+
+    def __init__(self, height: int, width: int):
+        self.height, self.width = height, width
+        self.blocks = -(-width // _BLOCK)
+        self.stride = self.blocks * _BLOCK
+        n = height * self.stride
+        depth = np.full((height, self.stride), np.inf)
+        depth[:, width:] = -np.inf
+        self.depth = depth.reshape(-1)
+        self.face = np.full(n, -1, dtype=np.int64)
+        self.l = np.zeros((3, n))
+        self.block_max = np.where(np.arange(self.blocks) * _BLOCK < width, np.inf, -np.inf)[None].repeat(height, 0)
+        self._zc = np.full(n, np.inf)  # scratch, reset after each use
+        self._fc = np.full(n, np.iinfo(np.int64).max)
+        self._dirty = np.zeros(height * self.blocks, dtype=bool)
 
     def add(self, pix, face, z, l0, l1, l2) -> None:
-        n = self.depth.shape[0]
-        zc = np.full(n, np.inf)
+        zc, fc = self._zc, self._fc
         np.minimum.at(zc, pix, z)
         at_min = z == zc[pix]
-        fc = np.full(n, np.iinfo(np.int64).max)
         np.minimum.at(fc, pix[at_min], face[at_min])
-        win = at_min & (face == fc[pix])
+        win = np.flatnonzero(at_min & (face == fc[pix]))  # exactly one fragment per touched pixel
+        zc[pix] = np.inf
+        fc[pix] = np.iinfo(np.int64).max
         wp = pix[win]
         # chunks arrive front to back, not in face order: compare (depth, face) lexicographically
         old_z = self.depth[wp]
-        better = (zc[wp] < old_z) | ((zc[wp] == old_z) & (face[win] < self.face[wp]))
-        wp = wp[better]
-        idx = np.flatnonzero(win)[better]
+        new_z = z[win]
+        better = (new_z < old_z) | ((new_z == old_z) & (face[win] < self.face[wp]))
+        wp, idx = wp[better], win[better]
         self.depth[wp] = z[idx]
         self.face[wp] = face[idx]
-        self.l[wp, 0] = l0[idx]
-        self.l[wp, 1] = l1[idx]
-        self.l[wp, 2] = l2[idx]
+        self.l[0, wp] = l0[idx]
+        self.l[1, wp] = l1[idx]
+        self.l[2, wp] = l2[idx]
+        if wp.size:  # refresh the maxima of the blocks that changed
+            dirty = self._dirty
+            dirty[wp // _BLOCK] = True
+            blk = np.flatnonzero(dirty)
+            dirty[blk] = False
+            self.block_max.reshape(-1)[blk] = self.depth.reshape(-1, _BLOCK)[blk].max(axis=1)
+
+    def result(self):
+        h, w, st = self.height, self.width, self.stride
+        face = self.face.reshape(h, st)[:, :w].reshape(-1)
+        depth = self.depth.reshape(h, st)[:, :w].reshape(-1)
+        l = self.l.reshape(3, h, st)[:, :, :w].reshape(3, -1).T
+        return face, l, depth
 
 
 def rasterize_numpy(
@@ -110,9 +147,9 @@ def rasterize_numpy(
     out_l = np.empty((batch.batch_size, height * width, 3))
     out_z = np.empty((batch.batch_size, height * width))
     for b in range(batch.batch_size):
-        res = _Resolver(height * width)
+        res = _Resolver(height, width)
         _raster_element(screen[b], None if w_all is None else w_all[b], faces, height, width, res, max_frags, max_spans, cull_backfaces)
-        out_face[b], out_l[b], out_z[b] = res.face, res.l, res.depth
+        out_face[b], out_l[b], out_z[b] = res.result()
     shape = (batch.batch_size, height, width, 1)
     return Fragments(
         face_index=torch.from_numpy(out_face).reshape(shape),
@@ -145,7 +182,7 @@ def _raster_element(verts, ws, faces, height, width, res: _Resolver, max_frags: 
     est = nrows * (col1 - col0 + 1)[live] // 2 + 1  # about half the box is covered
     starts = np.concatenate(([0], np.cumsum(nrows)))
     est_starts = np.concatenate(([0], np.cumsum(est)))
-    chunk_frags = min(max_frags, 1 << 17)
+    chunk_frags = min(max_frags, max(4096, min(height * width // 8, 1 << 18)))
     f_lo, n_live = 0, live.size
     while f_lo < n_live:
         # faces [f_lo, f_hi): by rows (span budget) and estimated fragments (early-z granularity)
@@ -209,22 +246,31 @@ def _chunk(sel, first_row, counts, ax, ay, dx, dy, owned, col0, col1, consts, zm
     c0, c1 = row_spans(rows, ax[span_face], ay[span_face], dx[span_face], dy[span_face], owned[span_face], width)
     c0 = np.maximum(c0, col0[span_face])
     c1 = np.minimum(c1, col1[span_face])
-    lengths = np.maximum(c1 - c0 + 1, 0)
-    keep = lengths > 0
-    span_face, rows, c0, lengths = span_face[keep], rows[keep], c0[keep], lengths[keep]
+    keep = c1 >= c0
+    span_face, rows, c0, c1 = span_face[keep], rows[keep], c0[keep], c1[keep]
+    # split spans at depth-block boundaries; drop segments whose block is already nearer everywhere
+    b0, b1 = c0 // _BLOCK, c1 // _BLOCK
+    nseg = b1 - b0 + 1
+    seg = np.repeat(np.arange(span_face.size), nseg)
+    blk = np.repeat(b0, nseg) + (np.arange(seg.size) - np.repeat(np.cumsum(nseg) - nseg, nseg))
+    srow, sface = rows[seg], span_face[seg]
+    alive = res.block_max[srow, blk] >= zmin[sface]
+    seg, blk, srow, sface = seg[alive], blk[alive], srow[alive], sface[alive]
+    s0 = np.maximum(c0[seg], blk * _BLOCK)
+    lengths = np.minimum(c1[seg], blk * _BLOCK + _BLOCK - 1) - s0 + 1
     ends = np.cumsum(lengths)
     n = int(ends[-1]) if ends.size else 0
     begin = 0
-    while begin < n:  # fragments in pieces of at most max_frags (spans are never split)
+    while begin < n:  # fragments in pieces of at most max_frags (segments are never split)
         i0 = int(np.searchsorted(ends, begin, side="right"))
         i1 = max(i0 + 1, int(np.searchsorted(ends, begin + max_frags, side="right")))
         cnt = lengths[i0:i1]
-        fr_span = np.repeat(np.arange(i0, i1), cnt)
-        col = np.arange(fr_span.size) - np.repeat(np.cumsum(cnt) - cnt - c0[i0:i1], cnt)
-        row = rows[fr_span]
-        face = span_face[fr_span]
-        pix = row * width + col
-        alive = res.depth[pix] >= zmin[face]  # early depth rejection (conservative)
+        fr_seg = np.repeat(np.arange(i0, i1), cnt)
+        col = np.arange(fr_seg.size) - np.repeat(np.cumsum(cnt) - cnt - s0[i0:i1], cnt)
+        row = srow[fr_seg]
+        face = sface[fr_seg]
+        pix = row * res.stride + col
+        alive = res.depth[pix] >= zmin[face]  # per-fragment early rejection (conservative)
         if not alive.all():
             pix, face, row, col = pix[alive], face[alive], row[alive], col[alive]
         if pix.size:
@@ -233,8 +279,7 @@ def _chunk(sel, first_row, counts, ax, ay, dx, dy, owned, col0, col1, consts, zm
 
 
 def _fragments(pix, face, row, col, consts, ws, faces, res: _Resolver) -> None:
-    g = consts[:, face]  # [16, N] contiguous rows
-    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = g
+    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = (c[face] for c in consts)
     px = col + 0.5
     py = row + 0.5
     l0 = (e0x * (py - y1) - e0y * (px - x1)) / d

@@ -1,0 +1,91 @@
+"""Run every benchmark suite in one process, print the tables, and write docs/benchmarks.md.
+
+    python benchmarks/run.py            # everything
+    python benchmarks/run.py --quick    # small cases only
+    python benchmarks/run.py --only core,torch --no-write
+
+Suites are the modules ``benchmarks/suite_*.py``; each adds tables to one shared report, with
+ratios against the other backends measured in this same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import Report, peak_rss_mib  # noqa: E402
+
+ORDER = ["core", "moderngl", "torch", "soft", "renderer"]
+
+
+def machine_line() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {gpu}; python {platform.python_version()}, torch {torch.__version__}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small cases only")
+    parser.add_argument("--only", default="", help="comma list of suites (core, moderngl, torch, soft, renderer)")
+    parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument("--output", default=str(HERE.parent / "docs" / "benchmarks.md"))
+    args = parser.parse_args(argv)
+
+    found = sorted(p.stem[len("suite_"):] for p in HERE.glob("suite_*.py"))
+    names = [n for n in ORDER if n in found] + [n for n in found if n not in ORDER]
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        names = [n for n in names if n in wanted]
+    report = Report()
+    started = time.perf_counter()
+    for name in names:
+        print(f"== suite {name}", flush=True)
+        module = importlib.import_module(f"suite_{name}")
+        module.run(report, args.quick)
+    total = time.perf_counter() - started
+    print()
+    for table in report.tables:
+        print(table.text())
+        print()
+    print(f"peak RSS of this run: {peak_rss_mib():.0f} MiB; {total:.0f} s")
+    if not args.no_write:
+        today = datetime.date.today().isoformat()
+        header = [
+            "# Benchmarks",
+            "",
+            "Written by `python benchmarks/run.py`" + (" --quick" if args.quick else "") + f" on {today}.",
+            "Every table is measured in one process, backends side by side; ratios compare columns of the same run.",
+            "Times are medians in milliseconds. Tests never assert timings; these figures are the record.",
+            "",
+            f"Machine: {machine_line()}.",
+            "",
+        ]
+        body = [t.markdown() for t in report.tables]
+        extra = Path(args.output).with_name("benchmarks-device.md")
+        tail = [f"\nFigures measured on other devices are kept in [{extra.name}]({extra.name}).\n"] if extra.exists() else []
+        Path(args.output).write_text("\n".join(header) + "\n".join(body) + "".join(tail))
+        print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
