@@ -97,12 +97,24 @@ class ExactBackend:
 
     # -- tensor API -------------------------------------------------------------------------------
     def rasterize(self, batch, size, *, settings: RasterSettings | None = None) -> Fragments:
-        """Hard-mode ``Fragments`` (K = 1) at ``size = (H, W)``, on the batch's device."""
+        """Hard-mode ``Fragments`` (K = 1) at ``size = (H, W)``, on the batch's device.
+
+        Clip-space input is clipped against the near plane first (``py_gpu.raster.clip``); the
+        fragments refer to the input faces, with barycentrics of their corners.
+        """
         where = f"{type(self).__name__}.rasterize"
         tb = as_triangle_batch(where, batch)
         size = check_size(where, size)
         s = self._settings(where, settings)
-        return _to_device(self._fragments(tb, size, s), tb.device)
+        return _to_device(self._clipped_fragments(tb, size, s), tb.device)
+
+    def _clipped_fragments(self, tb: TriangleBatch, size, s: RasterSettings) -> Fragments:
+        if not tb.is_clip_space:
+            return self._fragments(tb, size, s)
+        from ..raster.clip import clip_batch
+
+        clipped = clip_batch(tb)
+        return clipped.unclip(self._fragments(clipped.batch, size, s))
 
     def render_frame(self, batch, size, *, background=(0.0, 0.0, 0.0), settings: RasterSettings | None = None) -> Frame:
         """A ``Frame`` at ``size = (H, W)``; ``background`` is float RGB in [0, 1]."""
@@ -111,7 +123,12 @@ class ExactBackend:
         size = check_size(where, size)
         bg = check_rgb(where, "background", background, scale=1.0)
         s = self._settings(where, settings)
-        frame = self._frame(tb, size, bg, s)
+        if tb.is_clip_space:
+            from ..shading.flat import shade_hard
+
+            frame = shade_hard(tb, self._clipped_fragments(tb, size, s), bg)
+        else:
+            frame = self._frame(tb, size, bg, s)
         return _frame_to_device(frame, tb.device)
 
     # -- seed protocol ------------------------------------------------------------------------------
@@ -132,7 +149,7 @@ class ExactBackend:
                 raise PyGpuTypeError(f"{where}: `target` must be a FrameBuffer, got {type(target).__name__}")
             if target.width != width or target.height != height:
                 raise PyGpuValueError("target frame dimensions must match render dimensions")
-        fb = self._frame(tb, (height, width), bg, RasterSettings()).to_framebuffer(0)
+        fb = self.render_frame(tb, (height, width), background=bg).to_framebuffer(0)
         if target is not None:
             target.pixels[:] = fb.pixels
             return target

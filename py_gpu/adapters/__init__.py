@@ -1,0 +1,1 @@
+"""Adapters for external scene packages (``py_gpu.adapters.py3d`` for py_3d)."""
