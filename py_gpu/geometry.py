@@ -42,8 +42,20 @@ class RasterBatch:
         object.__setattr__(self, "triangles", tuple(triangles))
 
     def to_triangle_batch(self, *, dtype: torch.dtype = torch.float64, device=None):
-        """This batch as a ``B = 1`` screen-space ``TriangleBatch`` with flat face colors in [0, 1]."""
-        return raster_batch_to_triangle_batch(self, dtype=dtype, device=device)
+        """This batch as a ``B = 1`` screen-space ``TriangleBatch`` with flat face colors in [0, 1].
+
+        The batch is immutable, so the conversion is done once per (dtype, device) and cached:
+        rendering the same ``RasterBatch`` every frame does no per-frame conversion.
+        """
+        cache = self.__dict__.get("_converted")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_converted", cache)
+        key = (dtype, str(torch.device(device)) if device is not None else "cpu")
+        batch = cache.get(key)
+        if batch is None:
+            batch = cache[key] = raster_batch_to_triangle_batch(self, dtype=dtype, device=device)
+        return batch
 
 
 def raster_batch_to_triangle_batch(batch: RasterBatch, *, dtype: torch.dtype = torch.float64, device=None):
@@ -56,13 +68,16 @@ def raster_batch_to_triangle_batch(batch: RasterBatch, *, dtype: torch.dtype = t
         raise PyGpuTypeError(f"expected a RasterBatch, got {type(batch).__name__}")
     tris = batch.triangles
     n = len(tris)
-    coords = np.empty((n, 3, 3), dtype=np.float64)
-    colors = np.empty((n, 3), dtype=np.float64)
     for i, t in enumerate(tris):
         if not isinstance(t, ScreenTriangle):
             raise PyGpuTypeError(f"RasterBatch.triangles[{i}] must be a ScreenTriangle, got {type(t).__name__}")
-        coords[i] = ((t.a.x, t.a.y, t.a.z), (t.b.x, t.b.y, t.b.z), (t.c.x, t.c.y, t.c.z))
-        colors[i] = t.color
+    try:
+        coords = np.array(
+            [(t.a.x, t.a.y, t.a.z, t.b.x, t.b.y, t.b.z, t.c.x, t.c.y, t.c.z) for t in tris], dtype=np.float64
+        ).reshape(n, 3, 3)
+    except (TypeError, ValueError) as exc:
+        raise PyGpuTypeError(f"RasterBatch: vertex coordinates must be numbers ({exc})") from None
+    colors = np.array([t.color for t in tris], dtype=np.float64).reshape(n, 3)
     vertices = torch.from_numpy(coords.reshape(1, n * 3, 3)).to(dtype=dtype, device=device)
     faces = torch.arange(n * 3, dtype=torch.int64, device=device).reshape(n, 3)
     face_colors = torch.from_numpy(colors / 255.0).to(dtype=dtype, device=device).reshape(1, n, 3)

@@ -1,0 +1,489 @@
+"""The ModernGL (OpenGL) backend: exact offscreen rendering, the fast path and the GL-side oracle.
+
+It draws the same ``TriangleBatch`` as the reference under the same raster rule
+(docs/raster-rule.md), on whatever OpenGL 3.3 driver ``py_gpu._gl.create_context`` finds
+(EGL first on a headless Linux machine):
+
+- Vertex x, y are snapped to the 1/256 px grid on the CPU, with the rule's rounding (half to
+  even), before they reach GL. Mesa's llvmpipe snaps to the same grid, so the float round trip
+  through NDC cannot move a vertex across a rounding boundary.
+- Pixels map by ``x_ndc = 2x/W - 1``, ``y_ndc = 1 - 2y/H``; rows are flipped on readback so that
+  row 0 is the top. llvmpipe owns samples on left and bottom edges, as the rule does.
+- Faces are drawn in order, in one draw call, with a strictly-less depth test: on equal depth the
+  lower face index wins. Screen depth is mapped affinely into GL's depth range with a margin, so
+  the farthest face is never clipped; GL keeps depth with 24 bits, so two faces closer in depth
+  than about ``(zmax - zmin) / 2**24`` at a pixel can resolve differently from the reference's
+  float64 depth.
+- Clip-space ``[B, V, 4]`` input is clipped against py_gpu's near plane (``z = 0``) before it
+  reaches GL, exactly as for every other backend, then drawn with its ``w`` so GL interpolates
+  attributes perspective-correctly; depth is remapped so GL's own near and far planes never cut.
+
+Differences from the reference: barycentrics, depth and interpolated colors are float32 values
+computed by GL (the face index is exact; values agree to float32 rounding). Color attachments hold
+at most 4 channels; wider per-vertex attributes are shaded on the CPU from GL's fragments.
+
+Importing this module does not import moderngl; constructing the backend does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from .._check import BackendUnavailableError, PyGpuValueError, check_extent, check_rgb
+from ..buffers import FrameBuffer
+from ..contracts import Fragments, Frame, TriangleBatch
+from ..raster.rule import SUBPIXEL
+from ..settings import RasterSettings
+from .base import BackendCapabilities, ExactBackend, as_triangle_batch
+
+log = logging.getLogger("py_gpu")
+
+#: Framebuffer sizes kept alive at once (least recently used ones are released).
+MAX_CACHED_SIZES = 4
+#: Depth is mapped to NDC ``[-1 + margin, 1 - margin]``: never on the near or far plane.
+_DEPTH_MARGIN = 2.0**-10
+#: Largest number of color channels GL renders directly (one RGBA attachment).
+_MAX_GL_CHANNELS = 4
+
+_VERTEX_SHADER = """
+#version 330
+in vec4 in_position;        // clip-space position, x and y already on the 1/256 px grid
+in float in_depth;          // screen depth (z, or z/w for clip-space input)
+#ifdef HAS_COLOR
+in vec4 in_color;
+COLOR_QUALIFIER out vec4 v_color;
+#endif
+out vec3 v_bary;            // perspective-correct barycentrics of the face's three corners
+noperspective out float v_depth;
+void main() {
+    gl_Position = in_position;
+    int corner = gl_VertexID % 3;  // faces are drawn unindexed: corner k of face f is vertex 3f+k
+    v_bary = vec3(corner == 0, corner == 1, corner == 2);
+    v_depth = in_depth;
+#ifdef HAS_COLOR
+    v_color = in_color;
+#endif
+}
+"""
+
+_FRAGMENT_SHADER = """
+#version 330
+#ifdef HAS_COLOR
+COLOR_QUALIFIER in vec4 v_color;
+#endif
+in vec3 v_bary;
+noperspective in float v_depth;
+#ifdef OUT_RGB8
+layout(location = 0) out vec4 f_color;
+#else
+layout(location = 0) out vec4 f_color;
+layout(location = 1) out int f_face;      // face index + 1; 0 is the cleared "empty"
+layout(location = 2) out vec4 f_attr;     // (depth, b0, b1, b2)
+#endif
+void main() {
+#ifdef HAS_COLOR
+    f_color = v_color;
+#else
+    f_color = vec4(1.0);
+#endif
+#ifndef OUT_RGB8
+    f_face = gl_PrimitiveID + 1;
+    f_attr = vec4(v_depth, v_bary);
+#endif
+}
+"""
+
+
+def _shader(source: str, defines: dict[str, str]) -> str:
+    head, rest = source.split("\n", 2)[1], source.split("\n", 2)[2]
+    lines = [head] + [f"#define {k} {v}" for k, v in defines.items()] + [rest]
+    return "\n".join(lines)
+
+
+def _guard_band(side: int, max_side: int) -> tuple[int, int, int]:
+    """Viewport ``(origin, extent, center)`` along one axis for an image ``side`` px long.
+
+    The extent is the largest power of two the driver allows (at least ``side``) and the image
+    sits in its middle, so that ``ndc = (p - center) / (extent / 2)`` and GL's viewport transform
+    ``ndc * extent / 2 + center`` are exact in float32 for on-grid positions.
+    """
+    extent = 1 << (max(max_side, side).bit_length() - 1)
+    extent = max(extent, 1 << (side - 1).bit_length())
+    origin = (side - extent) // 2
+    return origin, extent, origin + extent // 2
+
+
+class _Target:
+    """The GL textures and framebuffers of one image size, and its guard-band viewport."""
+
+    def __init__(self, ctx, width: int, height: int):
+        self.size = (width, height)
+        max_w, max_h = ctx.info["GL_MAX_VIEWPORT_DIMS"]
+        self.x0, self.vw, self.cx = _guard_band(width, int(max_w))
+        self.y0, self.vh, self.cy = _guard_band(height, int(max_h))
+        self.depth = ctx.depth_renderbuffer((width, height))
+        self.rgb8 = ctx.texture((width, height), 3)  # seed protocol: uint8 RGB
+        self.color = ctx.texture((width, height), 4, dtype="f4")  # float image
+        self.face = ctx.texture((width, height), 1, dtype="i4")  # face index + 1
+        self.attr = ctx.texture((width, height), 4, dtype="f4")  # depth, barycentrics
+        self.fbo_rgb8 = ctx.framebuffer([self.rgb8], self.depth)
+        self.fbo_full = ctx.framebuffer([self.color, self.face, self.attr], self.depth)
+
+    def objects(self) -> list:
+        return [self.fbo_rgb8, self.fbo_full, self.rgb8, self.color, self.face, self.attr, self.depth]
+
+    def release(self) -> None:
+        for obj in self.objects():
+            obj.release()
+
+
+class ModernGLBackend(ExactBackend):
+    """Offscreen OpenGL rasterizer through ModernGL; agrees with the reference pixel for pixel.
+
+    Persistent resources: the context, the shader programs, one set of framebuffers per image
+    size (the ``MAX_CACHED_SIZES`` most recent), and one vertex buffer that grows and is reused.
+    ``release()`` frees all of them and is safe to call twice.
+
+    Args:
+        context: an existing moderngl context to draw with (not released by this backend);
+            by default one is created with ``py_gpu._gl.create_context()``.
+
+    Raises:
+        BackendUnavailableError: moderngl is missing (install with ``pip install "py_gpu[gl]"``)
+            or no OpenGL context can be created (the message lists each kind tried).
+    """
+
+    capabilities = BackendCapabilities(
+        name="moderngl (OpenGL)",
+        accelerated=True,
+        supports_depth=True,
+        supports_textures=False,
+        supports_vertex_attributes=True,
+        differentiable=False,
+        modes=("hard",),
+        clip_space=True,
+        devices=("cpu", "cuda", "mps"),
+        exact=True,
+    )
+
+    def __init__(self, context=None):
+        from .._gl import create_context, import_moderngl
+
+        self._mgl = import_moderngl()
+        self._owns_ctx = context is None
+        self.ctx = create_context() if context is None else context
+        self._programs: dict[tuple, object] = {}
+        self._vaos: dict[tuple, object] = {}
+        self._targets: OrderedDict[tuple[int, int], _Target] = OrderedDict()
+        self._vbo = None
+        self._vbo_capacity = 0
+        self._released = False
+
+    # -- resources -------------------------------------------------------------------------------
+    def _check_live(self, where: str) -> None:
+        if self._released:
+            raise BackendUnavailableError(f"{where}: this ModernGLBackend was released; create a new one")
+
+    def _program(self, color_mode: str, out: str):
+        key = (color_mode, out)
+        prog = self._programs.get(key)
+        if prog is None:
+            defines = {}
+            if color_mode != "none":
+                defines["HAS_COLOR"] = "1"
+                defines["COLOR_QUALIFIER"] = "flat" if color_mode == "face" else "smooth"
+            if out == "rgb8":
+                defines["OUT_RGB8"] = "1"
+            prog = self.ctx.program(
+                vertex_shader=_shader(_VERTEX_SHADER, defines), fragment_shader=_shader(_FRAGMENT_SHADER, defines)
+            )
+            self._programs[key] = prog
+        return prog
+
+    def _target(self, width: int, height: int) -> _Target:
+        key = (width, height)
+        target = self._targets.get(key)
+        if target is None:
+            while len(self._targets) >= MAX_CACHED_SIZES:
+                _, old = self._targets.popitem(last=False)
+                old.release()
+            target = _Target(self.ctx, width, height)
+            self._targets[key] = target
+        else:
+            self._targets.move_to_end(key)
+        return target
+
+    def _upload(self, data: np.ndarray) -> None:
+        """Write the float32 ``[N, K]`` vertex array into the shared buffer, growing it if needed."""
+        nbytes = data.nbytes
+        if nbytes > self._vbo_capacity:
+            for vao in self._vaos.values():
+                vao.release()
+            self._vaos.clear()
+            if self._vbo is not None:
+                self._vbo.release()
+            capacity = max(1 << 16, 1 << (nbytes - 1).bit_length())
+            self._vbo = self.ctx.buffer(reserve=capacity, dynamic=True)
+            self._vbo_capacity = capacity
+        self._vbo.write(data)
+
+    def _vao(self, color_mode: str, out: str, channels: int):
+        key = (color_mode, out, channels)
+        vao = self._vaos.get(key)
+        if vao is None:
+            prog = self._program(color_mode, out)
+            depth = "4x" if out == "rgb8" else "1f"  # the 8-bit color program has no depth output
+            names = ("in_position",) + (() if out == "rgb8" else ("in_depth",))
+            if color_mode == "none":
+                layout = [(self._vbo, f"4f {depth}", *names)]
+            else:
+                layout = [(self._vbo, f"4f {depth} {channels}f", *names, "in_color")]
+            vao = self.ctx.vertex_array(prog, layout)
+            self._vaos[key] = vao
+        return vao
+
+    def gl_objects(self) -> list:
+        """Every GL object this backend holds now (programs, buffers, arrays, textures, framebuffers)."""
+        objs = list(self._programs.values()) + list(self._vaos.values())
+        objs += [] if self._vbo is None else [self._vbo]
+        for target in self._targets.values():
+            objs += target.objects()
+        return objs
+
+    def release(self) -> None:
+        """Free every GL resource (and the context, when this backend created it). Safe to call twice."""
+        if self._released:
+            return
+        self._released = True
+        if self.ctx is not None:
+            with self.ctx:
+                for obj in self.gl_objects():
+                    obj.release()
+        self._programs.clear()
+        self._vaos.clear()
+        self._targets.clear()
+        self._vbo = None
+        self._vbo_capacity = 0
+        if self._owns_ctx and self.ctx is not None:
+            self.ctx.release()
+        self.ctx = None
+
+    def __del__(self):  # pragma: no cover - best effort at interpreter shutdown
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def _vertex_data(self, batch: TriangleBatch, screen: np.ndarray, b: int, faces_flat: np.ndarray, size, channels, target):
+        """float32 ``[3F, 5 + C]`` per-corner vertex records: clip position, depth, color."""
+        height, width = size
+        sv = screen[b]  # [V, 3] float64 screen (x_px, y_px, depth)
+        # Snap with the rule's rounding (np.rint: half to even), then to NDC.
+        with np.errstate(all="ignore"):
+            # window x = x_px, window y = H - y_px (GL's origin is the bottom left)
+            x_ndc = (np.rint(sv[:, 0] * SUBPIXEL) / SUBPIXEL - target.cx) / (target.vw / 2)
+            y_ndc = (height - np.rint(sv[:, 1] * SUBPIXEL) / SUBPIXEL - target.cy) / (target.vh / 2)
+        depth = sv[:, 2]
+        color_mode, colors = _color_mode(batch)
+        k = 5 + (0 if color_mode == "none" else channels)
+        per_vertex = np.empty((sv.shape[0], 5 if color_mode == "face" else k), dtype=np.float32)
+        # Depth (z, or z/w for clip space) is mapped affinely into NDC [-1 + m, 1 - m], so GL's
+        # near and far planes never cut anything: clip-space input arrives already clipped
+        # against py_gpu's near plane (ExactBackend.rasterize / render_frame), with every w > 0.
+        used = depth[faces_flat] if faces_flat.size else depth[:0]
+        zmin, zmax = (float(used.min()), float(used.max())) if used.size else (0.0, 0.0)
+        if zmax > zmin:
+            scale = 2.0 * (1.0 - _DEPTH_MARGIN) / (zmax - zmin)
+            z_ndc = (depth - zmin) * scale - (1.0 - _DEPTH_MARGIN)
+        else:
+            z_ndc = np.zeros_like(depth)
+        w = batch.vertices[b, :, 3].detach().to("cpu", torch.float64).numpy() if batch.is_clip_space else 1.0
+        per_vertex[:, 0] = x_ndc * w
+        per_vertex[:, 1] = y_ndc * w
+        per_vertex[:, 2] = z_ndc * w
+        per_vertex[:, 3] = w
+        per_vertex[:, 4] = depth  # interpolated without perspective: screen depth is affine on screen
+        if color_mode == "vertex":
+            per_vertex[:, 5:] = colors[b].detach().to("cpu", torch.float32).numpy()
+        data = per_vertex[faces_flat]  # [3F, K] one gather, corner-major
+        if color_mode == "face":
+            out = np.empty((faces_flat.size // 3, 3, k), dtype=np.float32)  # [F, 3 corners, K]
+            out[:, :, :5] = data.reshape(-1, 3, 5)
+            out[:, :, 5:] = colors[b].detach().to("cpu", torch.float32).numpy()[:, None, :]  # [F, 1, C]
+            data = out.reshape(-1, k)
+        return data, color_mode
+
+    def _draw(self, batch: TriangleBatch, size, settings: RasterSettings, out: str, background=None):
+        """Draw each batch element; yields ``(b, target)`` after each draw, before the next one."""
+        self._check_live(f"{type(self).__name__}")
+        height, width = size
+        mgl = self._mgl
+        channels = batch.num_channels if batch.colors is not None else 3
+        gl_channels = channels if channels <= _MAX_GL_CHANNELS else 0
+        screen = _screen_vertices(batch, size)  # [B, V, 3] float64
+        faces_flat = batch.faces.detach().cpu().numpy().reshape(-1)  # [3F]
+        ctx = self.ctx
+        with ctx:  # make this backend's context current (several contexts may live in one thread)
+            target = self._target(width, height)
+            fbo = target.fbo_rgb8 if out == "rgb8" else target.fbo_full
+            ctx.enable(mgl.DEPTH_TEST)
+            ctx.disable(mgl.BLEND)
+            ctx.depth_func = "<"
+            if settings.cull_backfaces:
+                ctx.enable(mgl.CULL_FACE)
+                ctx.front_face = "ccw"
+                ctx.cull_face = "back"
+            else:
+                ctx.disable(mgl.CULL_FACE)
+            fbo.use()
+            ctx.viewport = (target.x0, target.y0, target.vw, target.vh)
+            for b in range(batch.batch_size):
+                if out == "rgb8":
+                    fbo.clear(*background, 1.0, depth=1.0, viewport=(0, 0, width, height))
+                else:
+                    fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=(0, 0, width, height))
+                if faces_flat.size:
+                    data, color_mode = self._vertex_data(batch, screen, b, faces_flat, size, gl_channels or channels, target)
+                    if gl_channels == 0 and color_mode != "none":  # too wide for GL: colors are shaded on the CPU
+                        data, color_mode = np.ascontiguousarray(data[:, :5]), "none"
+                    self._upload(data)
+                    vao = self._vao(color_mode, out, gl_channels)
+                    vao.render(mgl.TRIANGLES, vertices=faces_flat.size)
+                yield b, target
+
+    # -- readback ----------------------------------------------------------------------------------
+    @staticmethod
+    def _read(fbo, attachment: int, components: int, dtype: str, size) -> np.ndarray:
+        height, width = size
+        raw = fbo.read(viewport=(0, 0, width, height), components=components, attachment=attachment, dtype=dtype, alignment=1)
+        arr = np.frombuffer(raw, dtype=np.dtype(dtype.replace("f1", "u1"))).reshape(height, width, components)
+        return arr[::-1]  # GL row 0 is the bottom
+
+    def _fragments(self, batch: TriangleBatch, size, settings: RasterSettings) -> Fragments:
+        height, width = size
+        B = batch.batch_size
+        face = np.empty((B, height, width), dtype=np.int64)
+        attr = np.empty((B, height, width, 4), dtype=np.float32)
+        for b, target in self._draw(batch, size, settings, "full"):
+            face[b] = self._read(target.fbo_full, 1, 1, "i4", size)[..., 0]
+            attr[b] = self._read(target.fbo_full, 2, 4, "f4", size)
+        face -= 1
+        covered = face >= 0
+        depth = np.where(covered, attr[..., 0], np.float32(np.inf))
+        bary = attr[..., 1:]
+        dtype = batch.dtype
+        return Fragments(
+            face_index=torch.from_numpy(face)[..., None],
+            bary=torch.from_numpy(bary).to(dtype)[..., None, :],
+            depth=torch.from_numpy(depth).to(dtype)[..., None],
+        )
+
+    def _frame(self, batch: TriangleBatch, size, background, settings: RasterSettings) -> Frame:
+        channels = batch.num_channels
+        if channels > _MAX_GL_CHANNELS:
+            return super()._frame(batch, size, background, settings)
+        height, width = size
+        B = batch.batch_size
+        image = np.empty((B, height, width, channels), dtype=np.float32)
+        face = np.empty((B, height, width), dtype=np.int64)
+        depth = np.empty((B, height, width), dtype=np.float32)
+        for b, target in self._draw(batch, size, settings, "full"):
+            fbo = target.fbo_full
+            face[b] = self._read(fbo, 1, 1, "i4", size)[..., 0]
+            depth[b] = self._read(fbo, 2, 1, "f4", size)[..., 0]
+            image[b] = self._read(fbo, 0, channels, "f4", size)
+        face -= 1
+        covered = face >= 0
+        bg = np.zeros(channels, dtype=np.float32)
+        bg[: min(3, channels)] = background[: min(3, channels)]
+        image = np.where(covered[..., None], image, bg)
+        depth[~covered] = np.inf
+        dtype = batch.dtype
+        return Frame(
+            image=torch.from_numpy(image).to(dtype),
+            alpha=torch.from_numpy(covered[..., None]).to(dtype),
+            depth=torch.from_numpy(depth).to(dtype),
+            face_index=torch.from_numpy(face),
+        )
+
+    def render(self, batch, width: int, height: int, *, background=(0, 0, 0), target: FrameBuffer | None = None) -> FrameBuffer:
+        """py_gpu 0.0.1's call: ``(width, height)``, 0-255 background, returns a ``FrameBuffer``.
+
+        Draws into an 8-bit RGB attachment cleared to the background and reads only that back.
+        Colors with more or fewer than 3 channels take the general path.
+        """
+        where = f"{type(self).__name__}.render"
+        check_extent(where, "width", width)
+        check_extent(where, "height", height)
+        bg = check_rgb(where, "background", background, scale=255.0)
+        tb = as_triangle_batch(where, batch)
+        if tb.batch_size != 1 or tb.num_channels != 3 or tb.is_clip_space:
+            return super().render(tb, width, height, background=background, target=target)
+        if target is not None:
+            if not isinstance(target, FrameBuffer):
+                from .._check import PyGpuTypeError
+
+                raise PyGpuTypeError(f"{where}: `target` must be a FrameBuffer, got {type(target).__name__}")
+            if target.width != width or target.height != height:
+                raise PyGpuValueError("target frame dimensions must match render dimensions")
+        size = (height, width)
+        pixels = bytearray(width * height * 3)
+        out = np.frombuffer(pixels, dtype=np.uint8).reshape(height, width, 3)
+        for _, gl_target in self._draw(tb, size, RasterSettings(), "rgb8", background=bg):
+            out[:] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", size)
+        if target is not None:
+            target.pixels[:] = pixels
+            return target
+        return FrameBuffer(width, height, pixels)
+
+
+def _screen_vertices(batch: TriangleBatch, size) -> np.ndarray:
+    """float64 ``[B, V, 3]`` screen ``(x_px, y_px, depth)``, computed in the batch's dtype exactly as
+    ``TriangleBatch.screen_vertices`` does (so the snapped positions match the reference), except
+    that clip-space vertices with ``w <= 0`` are allowed: GL clips them, their values are unused."""
+    if not batch.is_clip_space:
+        return batch.vertices.detach().to("cpu", torch.float64).numpy()
+    height, width = size
+    v = batch.vertices.detach()
+    w = v[..., 3]
+    x = (v[..., 0] / w + 1.0) * (width / 2.0)
+    y = (1.0 - v[..., 1] / w) * (height / 2.0)
+    z = v[..., 2] / w
+    return torch.stack((x, y, z), dim=-1).to("cpu", torch.float64).numpy()
+
+
+def _color_mode(batch: TriangleBatch) -> tuple[str, torch.Tensor | None]:
+    if batch.vertex_colors is not None:
+        return "vertex", batch.vertex_colors
+    if batch.face_colors is not None:
+        return "face", batch.face_colors
+    return "none", None
+
+
+def _probe() -> str | None:
+    from importlib.util import find_spec
+
+    if find_spec("moderngl") is None:
+        return 'moderngl is not installed; install it with: pip install "py_gpu[gl]"'
+    from .._gl import probe_gl
+
+    return probe_gl()
+
+
+def register() -> None:
+    """Register the backend as ``"moderngl"`` (aliases ``"opengl"``, ``"gl"``, ``"gpu"``)."""
+    from .registry import register_backend
+
+    register_backend(
+        "moderngl",
+        ModernGLBackend,
+        probe=_probe,
+        priority=100,
+        aliases=("opengl", "gl", "gpu"),
+        summary="offscreen OpenGL (EGL when headless), exact, fast",
+    )

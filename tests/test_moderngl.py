@@ -1,0 +1,417 @@
+"""The ModernGL backend against the reference: raster rule, parity, attachments, resources.
+
+Small scenes are compared with the pure-Python reference; the seed fixture (1k and 10k faces at
+640x360) with the NumPy backend, which is bit-identical to the reference (tests/test_numpy*).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import py_gpu
+from py_gpu._check import BackendUnavailableError
+from py_gpu.backends import select_backend
+from py_gpu.contracts import TriangleBatch
+from py_gpu.fixtures import SEED_BACKGROUND, grid_fixture, seed_fixture
+from py_gpu.settings import RasterSettings
+
+pytestmark = pytest.mark.gl
+
+BG = tuple(c / 255.0 for c in SEED_BACKGROUND)
+
+
+@pytest.fixture(scope="module")
+def gl(gl_available):
+    from py_gpu.backends.moderngl import ModernGLBackend
+
+    backend = ModernGLBackend()
+    yield backend
+    backend.release()
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return select_backend("reference")
+
+
+@pytest.fixture(scope="module")
+def numpy_backend():
+    return select_backend("numpy")
+
+
+def _batch(verts, faces, **colors) -> TriangleBatch:
+    return TriangleBatch(torch.as_tensor(verts, dtype=torch.float64), torch.as_tensor(faces, dtype=torch.int64), **colors)
+
+
+# -- registration, import and context errors (no GL needed for most) ------------------------------
+
+
+def test_import_does_not_import_moderngl():
+    code = (
+        "import sys, py_gpu, py_gpu.backends.moderngl, py_gpu.moderngl_backend\n"
+        "assert 'moderngl' not in sys.modules, 'moderngl imported at import time'\n"
+        "from py_gpu.moderngl_backend import ModernGLRasterBackend\n"
+        "from py_gpu.backends.moderngl import ModernGLBackend\n"
+        "assert ModernGLRasterBackend is ModernGLBackend\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_moderngl_names_the_install_command(monkeypatch):
+    from py_gpu import _gl
+    from py_gpu.backends import moderngl as mgl_backend
+
+    monkeypatch.setitem(sys.modules, "moderngl", None)  # makes `import moderngl` fail
+    with pytest.raises(BackendUnavailableError, match=r'pip install "py_gpu\[gl\]"'):
+        _gl.import_moderngl()
+    with pytest.raises(BackendUnavailableError, match=r'pip install "py_gpu\[gl\]"'):
+        mgl_backend.ModernGLBackend()
+
+
+def test_create_context_lists_every_failure(monkeypatch):
+    moderngl = pytest.importorskip("moderngl")
+    from py_gpu import _gl
+
+    def fail(**kwargs):
+        raise RuntimeError(f"no luck with {kwargs.get('backend', 'default')}")
+
+    monkeypatch.setattr(moderngl, "create_standalone_context", fail)
+    with pytest.raises(_gl.GLUnavailableError) as info:
+        _gl.create_context()
+    msg = str(info.value)
+    assert "EGL (headless)" in msg and "platform default" in msg
+    assert "no luck with egl" in msg and "no luck with default" in msg
+
+
+def test_headless_tries_egl_first(monkeypatch):
+    from py_gpu import _gl
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert _gl.context_attempts()[0] == ("EGL (headless)", {"backend": "egl"})
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert _gl.context_attempts()[0][0] == "platform default"
+
+
+def test_select_backend_when_gl_fails(monkeypatch):
+    from py_gpu import _gl
+
+    monkeypatch.setattr(_gl, "_probe_result", ["EGL (headless): no EGL display (simulated)"])
+    with pytest.raises(BackendUnavailableError, match="no EGL display"):
+        select_backend("moderngl")
+    auto = select_backend("auto")  # falls back silently
+    assert type(auto).__name__ != "ModernGLBackend"
+
+
+def test_select_backend_names_and_auto(gl_available):
+    from py_gpu.backends.moderngl import ModernGLBackend
+
+    for name in ("moderngl", "opengl", "gl", "gpu", "auto"):
+        backend = select_backend(name)
+        assert isinstance(backend, ModernGLBackend), name
+        backend.release()
+    caps = ModernGLBackend.capabilities
+    assert caps.accelerated and caps.exact and caps.clip_space and not caps.differentiable
+    assert caps.modes == ("hard",)
+
+
+# -- the raster rule -------------------------------------------------------------------------------
+
+
+def test_tie_rule_on_split_square(gl, ref):
+    """Square [1.5, 5.5]^2 split on its diagonal: column 1 and row 5 in, column 5 and row 1 out,
+    diagonal samples owned by the upper-right face; both windings."""
+    verts = [[1.5, 1.5, 0.5], [5.5, 1.5, 0.5], [5.5, 5.5, 0.5], [1.5, 5.5, 0.5]]
+    for faces in ([[0, 1, 2], [0, 2, 3]], [[0, 2, 1], [0, 3, 2]]):
+        batch = _batch(verts, faces)
+        got = gl.rasterize(batch, (8, 8)).face_index[0, :, :, 0]
+        want = ref.rasterize(batch, (8, 8)).face_index[0, :, :, 0]
+        assert torch.equal(got, want)
+        assert (got[1:6, 1] >= 0)[1:].all() and (got[5, 1:5] >= 0).all()
+        assert (got[:, 5] == -1).all() and (got[1, :] == -1).all()
+        assert got[2, 2] == 0 and got[3, 3] == 0  # diagonal: upper-right triangle
+
+
+def test_snapping_half_step(gl, ref):
+    """An edge within half a 1/256 step of a sample keeps it; past half a step it loses it."""
+    for eps in (0.4 / 256, 0.6 / 256, 0.5 / 256, 1.5 / 256):
+        verts = [[2.5 + eps, 0.0, 0.5], [8.0, 0.0, 0.5], [8.0, 8.0, 0.5], [2.5 + eps, 8.0, 0.5]]
+        batch = _batch(verts, [[0, 1, 2], [0, 2, 3]])
+        got = gl.rasterize(batch, (8, 8)).face_index
+        assert torch.equal(got, ref.rasterize(batch, (8, 8)).face_index), eps
+
+
+def test_equal_depth_lower_face_wins_and_far_face_kept(gl, ref):
+    big = [[0, 0, 1.0], [40, 0, 1.0], [0, 40, 1.0]]
+    near = [[0, 0, 0.2], [10, 0, 0.2], [0, 10, 0.2]]
+    far = [[20, 20, 9.0], [30, 20, 9.0], [20, 30, 9.0]]  # the farthest face must not be clipped
+    verts = big + big + near + far
+    batch = _batch(verts, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]])
+    got = gl.rasterize(batch, (32, 32))
+    want = ref.rasterize(batch, (32, 32))
+    assert torch.equal(got.face_index, want.face_index)
+    assert (got.face_index == 0).any() and not (got.face_index == 1).any()
+    assert (got.face_index == 3).any() and (got.face_index == 2).any()
+
+
+# -- parity on the seed fixture ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("triangles", [1000, 10000])
+def test_seed_fixture_parity(gl, numpy_backend, triangles):
+    batch = seed_fixture(triangles).to_triangle_batch()
+    got = gl.render_frame(batch, (360, 640), background=BG)
+    want = numpy_backend.render_frame(batch, (360, 640), background=BG)
+    same = got.face_index == want.face_index
+    mismatches = int((~same).sum())
+    total = same.numel()
+    print(f"seed fixture {triangles}: {mismatches} of {total} pixels differ in face index")
+    assert mismatches <= total * 1e-4
+    assert torch.equal(got.face_index >= 0, want.face_index >= 0)  # coverage masks identical
+    diff = (got.to_uint8().int() - want.to_uint8().int()).abs().amax(-1)
+    assert int(diff[same].max()) <= 1
+    covered = same & (want.face_index >= 0)
+    torch.testing.assert_close(got.depth[covered].double(), want.depth[covered], rtol=1e-4, atol=1e-4)
+    assert torch.equal(got.alpha[..., 0] > 0, want.face_index >= 0)
+    assert gl.ctx.error == "GL_NO_ERROR"
+
+
+def test_seed_protocol_render(gl, numpy_backend):
+    raster_batch = seed_fixture(1000)
+    got = gl.render(raster_batch, 640, 360, background=SEED_BACKGROUND)
+    want = numpy_backend.render(raster_batch, 640, 360, background=SEED_BACKGROUND)
+    a, b = got.to_numpy().astype(int), want.to_numpy().astype(int)
+    differ = int((a != b).any(-1).sum())
+    print(f"seed protocol render, 1000 faces: {differ} pixels differ")
+    assert differ <= a.shape[0] * a.shape[1] * 1e-4
+    assert tuple(a[0, 0]) == SEED_BACKGROUND or (a[0, 0] != 0).any()
+    target = py_gpu.buffers.FrameBuffer.new(640, 360)
+    assert gl.render(raster_batch, 640, 360, background=SEED_BACKGROUND, target=target) is target
+    assert target.pixels == got.pixels
+
+
+def test_grid_fixture_watertight(gl, ref):
+    batch = grid_fixture()
+    size = (96, 96)
+    full = gl.rasterize(batch, size).face_index[0, :, :, 0]
+    assert torch.equal(full, ref.rasterize(batch, size).face_index[0, :, :, 0])
+    counts = torch.zeros(size, dtype=torch.int64)
+    verts = batch.vertices
+    for f in range(batch.num_faces):  # every face alone: each covered pixel is covered exactly once
+        one = TriangleBatch(verts, batch.faces[f : f + 1])
+        counts += (gl.rasterize(one, size).face_index[0, :, :, 0] >= 0).long()
+    assert int(counts.max()) == 1
+    assert torch.equal(counts == 1, full >= 0)
+
+
+# -- random small batches against the reference ---------------------------------------------------
+
+_H, _W = 12, 16
+
+
+@st.composite
+def small_batches(draw):
+    kind = draw(st.sampled_from(["random", "edge_on", "shared_edge", "degenerate", "off_screen", "huge", "sub_pixel"]))
+    grid = draw(st.sampled_from([1.0, 0.5, 0.125, 1 / 256, 0.0]))  # coarse grids make exact ties
+
+    def coord(lo, hi):
+        value = draw(st.floats(lo, hi, allow_nan=False))
+        return round(value / grid) * grid if grid else value
+
+    def point(lo=-4.0, hi=20.0):
+        return [coord(lo, hi), coord(lo, hi), draw(st.floats(0.0, 1.0))]
+
+    n = draw(st.integers(1, 5))
+    verts, faces = [], []
+    for _ in range(n):
+        base = len(verts)
+        if kind == "huge":
+            tri = [point(-3000.0, 3000.0) for _ in range(3)]
+        elif kind == "off_screen":
+            tri = [point(-40.0, 60.0) for _ in range(3)]
+        elif kind == "sub_pixel":
+            p = point()
+            tri = [p, [p[0] + coord(-0.9, 0.9), p[1] + coord(-0.9, 0.9), p[2]], [p[0] + coord(-0.9, 0.9), p[1], p[2]]]
+        elif kind == "edge_on":
+            a, b = point(), point()
+            t = draw(st.floats(0.0, 1.0))
+            tri = [a, b, [a[0] + t * (b[0] - a[0]), a[1] + t * (b[1] - a[1]), a[2]]]
+        elif kind == "degenerate":
+            a, b = point(), point()
+            tri = [a, b, list(a)]
+        else:
+            tri = [point() for _ in range(3)]
+        verts += tri
+        faces.append([base, base + 1, base + 2])
+        if kind == "shared_edge":
+            verts.append(point())
+            faces.append([base + 1, base, base + 3])
+    colors = torch.tensor([[draw(st.floats(0, 1)) for _ in range(3)] for _ in verts], dtype=torch.float64)
+    return _batch(verts, faces, vertex_colors=colors)
+
+
+@given(batch=small_batches())
+def test_random_batches_match_reference(gl_available, batch):
+    gl = _shared_backend()
+    got = gl.render_frame(batch, (_H, _W), background=(0.1, 0.2, 0.3))
+    want = select_backend("reference").render_frame(batch, (_H, _W), background=(0.1, 0.2, 0.3))
+    assert torch.equal(got.face_index, want.face_index)
+    assert int((got.to_uint8().int() - want.to_uint8().int()).abs().max()) <= 1
+    assert gl.ctx.error == "GL_NO_ERROR"
+
+
+_SHARED: list = []
+
+
+def _shared_backend():
+    if not _SHARED:
+        from py_gpu.backends.moderngl import ModernGLBackend
+
+        _SHARED.append(ModernGLBackend())
+    return _SHARED[0]
+
+
+# -- attachments, clip space, batches, channels ------------------------------------------------------
+
+
+def _clip_batch(B=2, n=12, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    w = 0.5 + 2.5 * torch.rand(B, 3 * n, 1, generator=g, dtype=torch.float64)
+    ndc = torch.rand(B, 3 * n, 3, generator=g, dtype=torch.float64) * 1.6 - 0.8
+    verts = torch.cat([ndc * w, w], -1)
+    faces = torch.arange(3 * n).reshape(n, 3)
+    colors = torch.rand(B, 3 * n, 3, generator=g, dtype=torch.float64)
+    return TriangleBatch(verts, faces, vertex_colors=colors)
+
+
+def test_clip_space_perspective(gl, ref):
+    batch = _clip_batch()
+    size = (24, 32)
+    got, want = gl.rasterize(batch, size), ref.rasterize(batch, size)
+    assert torch.equal(got.face_index, want.face_index)
+    m = want.face_index >= 0
+    torch.testing.assert_close(got.bary.double()[m], want.bary[m], rtol=0, atol=2e-3)
+    torch.testing.assert_close(got.depth.double()[m], want.depth[m], rtol=0, atol=2e-3)  # snapped vs exact positions
+    img_got = gl.render_frame(batch, size).to_uint8().int()
+    img_want = ref.render_frame(batch, size).to_uint8().int()
+    assert int((img_got - img_want).abs().max()) <= 1
+
+
+def test_clip_space_crossing_the_eye_is_clipped_by_gl(gl):
+    # the third vertex is behind the eye (w < 0); GL keeps the part with z >= -w, ndc y in [-0.5, -0.09]
+    verts = torch.tensor([[[-0.5, -0.5, 0.5, 1.0], [0.5, -0.5, 0.5, 1.0], [0.0, 1.0, -3.0, -0.5]]], dtype=torch.float64)
+    batch = TriangleBatch(verts, torch.tensor([[0, 1, 2]]))
+    frags = gl.rasterize(batch, (16, 16))
+    rows = (frags.face_index[0, :, :, 0] == 0).any(1).nonzero()[:, 0]
+    assert rows.numel() and int(rows.min()) >= 8 and int(rows.max()) <= 12  # y_px = (1 - y_ndc) * 8
+    assert torch.isfinite(frags.depth[frags.face_index >= 0]).all()
+    assert gl.ctx.error == "GL_NO_ERROR"
+
+
+def test_batch_elements_render_independently(gl):
+    batch = _clip_batch(B=3, seed=5)
+    frame = gl.render_frame(batch, (20, 20))
+    assert frame.image.shape == (3, 20, 20, 3) and frame.face_index.shape == (3, 20, 20)
+    for b in range(3):
+        one = TriangleBatch(batch.vertices[b : b + 1], batch.faces, vertex_colors=batch.vertex_colors[b : b + 1])
+        alone = gl.render_frame(one, (20, 20))
+        assert torch.equal(alone.face_index[0], frame.face_index[b])
+        assert torch.equal(alone.image[0], frame.image[b])
+    assert not torch.equal(frame.face_index[0], frame.face_index[1])
+
+
+@pytest.mark.parametrize("channels", [1, 4, 6])
+def test_channels_and_flat_colors(gl, numpy_backend, channels):
+    g = torch.Generator().manual_seed(channels)
+    verts = torch.rand(1, 30, 3, generator=g, dtype=torch.float64) * torch.tensor([40.0, 30.0, 1.0], dtype=torch.float64)
+    faces = torch.randint(0, 30, (10, 3), generator=g)
+    for key, count in (("vertex_colors", 30), ("face_colors", 10)):
+        cols = torch.rand(1, count, channels, generator=g, dtype=torch.float64)
+        batch = TriangleBatch(verts, faces, **{key: cols})
+        got = gl.render_frame(batch, (30, 40), background=(0.2, 0.4, 0.6))
+        want = numpy_backend.render_frame(batch, (30, 40), background=(0.2, 0.4, 0.6))
+        assert got.image.shape == want.image.shape == (1, 30, 40, channels)
+        assert torch.equal(got.face_index, want.face_index)
+        tol = 1e-6 if key == "face_colors" else 2e-3
+        torch.testing.assert_close(got.image.double(), want.image, rtol=0, atol=tol)
+
+
+def test_cull_backfaces(gl, ref):
+    verts = [[2, 2, 0.5], [12, 2, 0.5], [2, 12, 0.5], [14, 14, 0.4], [4, 14, 0.4], [14, 4, 0.4]]
+    batch = _batch(verts, [[0, 1, 2], [3, 4, 5], [0, 2, 1]])
+    s = RasterSettings(cull_backfaces=True)
+    got, want = gl.rasterize(batch, (16, 16), settings=s), ref.rasterize(batch, (16, 16), settings=s)
+    assert torch.equal(got.face_index, want.face_index)
+    assert len(set(got.face_index.unique().tolist()) - {-1}) == 1
+
+
+def test_empty_and_float32(gl):
+    empty = TriangleBatch(torch.zeros(1, 0, 3), torch.zeros(0, 3, dtype=torch.int64))
+    frame = gl.render_frame(empty, (4, 5), background=(1.0, 0.5, 0.0))
+    assert (frame.face_index == -1).all() and torch.isinf(frame.depth).all()
+    assert torch.equal(frame.image[0, 0, 0], torch.tensor([1.0, 0.5, 0.0]))
+    batch = seed_fixture(50, 64, 48).to_triangle_batch(dtype=torch.float32)
+    frags = gl.rasterize(batch, (48, 64))
+    assert frags.bary.dtype == torch.float32 and frags.face_index.dtype == torch.int64
+    assert frags.bary.shape == (1, 48, 64, 1, 3)
+
+
+# -- resources ------------------------------------------------------------------------------------
+
+
+def test_no_leaks_over_200_frames(gl_available, monkeypatch):
+    moderngl = pytest.importorskip("moderngl")
+    from py_gpu.backends.moderngl import MAX_CACHED_SIZES, ModernGLBackend
+
+    created = []
+    for name in ("buffer", "texture", "depth_renderbuffer", "renderbuffer", "framebuffer", "program", "vertex_array"):
+        original = getattr(moderngl.Context, name)
+
+        def wrapper(self, *args, __original=original, **kwargs):
+            obj = __original(self, *args, **kwargs)
+            created.append(obj)
+            return obj
+
+        monkeypatch.setattr(moderngl.Context, name, wrapper)
+
+    def live():
+        return [o for o in created if not isinstance(o.mglo, moderngl.InvalidObject)]
+
+    backend = ModernGLBackend()
+    g = torch.Generator().manual_seed(11)
+    counts = []
+    for frame in range(200):
+        H, W = 8 + (frame * 7) % 41, 8 + (frame * 13) % 53
+        n = 1 + (frame * 37) % 300
+        verts = torch.rand(1, 3 * n, 3, generator=g, dtype=torch.float64) * torch.tensor([W, H, 1.0], dtype=torch.float64)
+        kind = frame % 3
+        colors = {}
+        if kind == 1:
+            colors = {"vertex_colors": torch.rand(1, 3 * n, 3, generator=g, dtype=torch.float64)}
+        elif kind == 2:
+            colors = {"face_colors": torch.rand(1, n, 3, generator=g, dtype=torch.float64)}
+        batch = TriangleBatch(verts, torch.arange(3 * n).reshape(n, 3), **colors)
+        if frame % 2:
+            backend.render_frame(batch, (H, W))
+        else:
+            backend.render(batch, W, H)
+        counts.append(len(live()))
+        assert len(live()) == len(backend.gl_objects())  # nothing alive that the backend does not hold
+    assert backend.ctx.error == "GL_NO_ERROR"
+    per_size = 7
+    # bounded: framebuffers of the cached sizes, 6 programs, 6 vertex arrays, one vertex buffer
+    assert max(counts) <= MAX_CACHED_SIZES * per_size + 6 + 6 + 1
+    assert len(backend._targets) <= MAX_CACHED_SIZES
+    backend.release()
+    assert live() == []
+    backend.release()  # twice is safe
+    with pytest.raises(BackendUnavailableError):
+        backend.render_frame(batch, (4, 4))
