@@ -5,6 +5,8 @@
 
 from .numpy_raster import rasterize_numpy
 from .reference import rasterize_reference
+from .soft_oracle import rasterize_soft_oracle
+from .torch_soft import rasterize_soft
 
 
 def __getattr__(name):  # lazy: backends import this package
@@ -15,4 +17,4 @@ def __getattr__(name):  # lazy: backends import this package
     raise AttributeError(name)
 
 
-__all__ = ["CPURasterBackend", "rasterize_numpy", "rasterize_reference"]
+__all__ = ["CPURasterBackend", "rasterize_numpy", "rasterize_reference", "rasterize_soft", "rasterize_soft_oracle"]

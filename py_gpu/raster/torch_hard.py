@@ -1,0 +1,648 @@
+"""Exact (hard-mode) rasterizer in pure torch: vectorized, device-agnostic, differentiable barycentrics.
+
+It follows docs/raster-rule.md bit for bit, like :mod:`.reference` and :mod:`.numpy_raster`.
+Two stages:
+
+1. **Coverage and z-resolve** (under ``no_grad``, on snapped int64 coordinates). The batch's
+   ``B * F`` faces are flattened into one list of "global faces" ``g = b * F + f``; the buffers
+   hold every image, padded to whole 8-pixel tiles, so pixel ids never collide across images.
+   - Setup, in face blocks that fit the memory budget: snap to the 1/256 grid, drop
+     degenerate, culled and off-screen faces, compute each live face's pixel bounding box.
+   - When the estimated overdraw is high, live faces are sorted front to back by a
+     conservative nearest depth ``zmin``; chunks of them are then drawn in that order, and
+     before a chunk is expanded a max-depth pyramid of the depth buffer rejects faces lying
+     behind everything already drawn over their whole bounding box. (Low overdraw: one pass.)
+   - Each face expands into its pixel rows; per (face, row) the three integer edge
+     inequalities are solved for the exact covered column span, tie rule included, so work
+     scales with the fragments, never with ``F * H * W``.
+   - Long spans are cut into 8-aligned runs of 8 samples (runs hidden behind the buffer are
+     dropped) and evaluated lane-parallel; short spans (small faces) sample by sample. Depth
+     and barycentrics are float64 in the rule's exact operation order; the row-constant
+     half of each barycentric numerator is computed once per span.
+   - The resolve is in place: ``scatter_reduce("amin")`` of depth, then of the face id among
+     the fragments at the new minimum, then the winners' barycentrics are stored. Minima are
+     exact, so the result does not depend on the scatter order: deterministic on every device.
+2. **Fragments** (:func:`pixel_fragments`). Without gradients, stage 1's values are final.
+   When the vertices need gradients, barycentrics and depth of each covered pixel's winner are
+   evaluated again from the unsnapped positions, with autograd, in exactly the expressions of
+   :func:`rule.barycentrics` (same bits as stage 1), so they are differentiable with respect
+   to the vertex positions (and ``w`` for clip-space input, through the perspective division).
+
+All float work happens in float64 (float32 on MPS, which has no float64: there depth and
+barycentrics are float32, coverage stays exact).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._check import MemoryBudgetError
+from ..contracts import Fragments, TriangleBatch
+from ..settings import RasterSettings
+from .rule import HALF_PIXEL, SUBPIXEL
+
+# Bytes of temporaries per unit of work, used to size chunks from ``memory_budget``.
+_BYTES_PER_PIXEL = 24  # depth buffer (8) + face buffer (8) + pyramid / scratch
+_BYTES_PER_LIVE_FACE = 96  # kept for every live face: id, zmin, bbox, sort keys
+_BYTES_PER_SETUP_FACE = 640  # setup temporaries per face of a block
+_BYTES_PER_SPAN = 480  # per (face, row) span
+_BYTES_PER_LANE = 240  # per sample of a piece of 8-pixel runs
+#: Estimated fragments per front-to-back chunk: small enough for early depth rejection to bite,
+#: large enough that per-call overhead stays small.
+_CHUNK_FRAGMENTS = 1 << 18
+#: Sort faces front to back when the estimated fragments exceed this many per pixel.
+_OVERDRAW_TO_SORT = 4
+#: Spans shorter than this on average are expanded sample by sample instead of in 8-pixel runs.
+_SPARSE_SPAN = 4
+#: Largest factor by which a chunk grows after chunks whose faces were mostly hidden.
+_MAX_GROW = 16.0
+_EMPTY = torch.iinfo(torch.int64).max
+_TILE_BITS = 3
+_TILE = 1 << _TILE_BITS  # pixels per run of the row summary; side of the pyramid's finest tile
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    """float64 everywhere except MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def rasterize_hard(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> Fragments:
+    """Hard-mode ``Fragments`` (K = 1) of ``batch`` at ``size = (H, W)``, on the batch's device.
+
+    Pixel for pixel identical to :func:`rasterize_reference` (face index; barycentrics and depth
+    bit-identical in float64). ``bary``/``depth`` come back in the batch's dtype and carry
+    gradients to ``batch.vertices``. Honors ``settings.cull_backfaces`` and
+    ``settings.memory_budget``.
+
+    Raises:
+        MemoryBudgetError: ``settings.memory_budget`` cannot hold the frame buffers, the live
+            faces, or one image row of fragments; the message gives the budget that would.
+    """
+    frags = rasterize_hard_exact(batch, size, settings)
+    dtype = batch.dtype
+    if frags.bary.dtype == dtype:
+        return frags
+    cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+    return Fragments(frags.face_index, cast(frags.bary), cast(frags.depth), None, cast(frags.screen_bary))
+
+
+def rasterize_hard_exact(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> Fragments:
+    """Like :func:`rasterize_hard`, but ``bary``/``depth`` stay in the compute dtype (float64
+    except on MPS), which is what exact shading needs."""
+    return pixel_fragments(batch, size, resolve_faces(batch, size, settings))
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 1: coverage and z-resolve (no autograd)
+# --------------------------------------------------------------------------------------------
+
+
+class _Scene:
+    """Detached per-call geometry: flat screen coordinates and the face table."""
+
+    def __init__(self, batch: TriangleBatch, size: tuple[int, int]):
+        self.height, self.width = size
+        self.B, self.F = batch.batch_size, batch.num_faces
+        self.V = batch.vertices.shape[1]
+        self.device = batch.device
+        self.dtype = compute_dtype(self.device)
+        screen = batch.screen_vertices(size).detach().to(self.dtype)  # [B, V, 3]
+        self.sx, self.sy, self.sz = (c.reshape(-1) for c in screen.permute(2, 0, 1))  # [B*V] each
+        self.faces_t = batch.faces.T.contiguous()  # int64 [3, F]
+
+    def image_of(self, g: torch.Tensor) -> torch.Tensor:
+        """int64 ``[n]`` batch element of global faces ``g``."""
+        if self.B == 1:
+            return torch.zeros_like(g)
+        return torch.div(g, self.F, rounding_mode="floor")
+
+    def corners(self, g: torch.Tensor) -> torch.Tensor:
+        """int64 ``[3, n]``: flat vertex ids ``b * V + v`` of the corners of global faces ``g``."""
+        if self.B == 1:
+            return torch.stack([row.index_select(0, g) for row in self.faces_t])
+        b = self.image_of(g)
+        f = g - b * self.F
+        return torch.stack([row.index_select(0, f) for row in self.faces_t]) + b * self.V
+
+    def gather(self, coord: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """float ``[3, n]`` coordinate ``coord [B*V]`` at corner ids ``idx [3, n]``."""
+        return coord.index_select(0, idx.reshape(-1)).view(idx.shape)
+
+    def snapped(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """int64 ``[3, n]`` x and y on the 1/256 grid (round half to even)."""
+        X = torch.round(self.gather(self.sx, idx) * SUBPIXEL).long()
+        Y = torch.round(self.gather(self.sy, idx) * SUBPIXEL).long()
+        return X, Y
+
+
+def _ceil_div(a: torch.Tensor, b) -> torch.Tensor:
+    return -torch.div(-a, b, rounding_mode="floor")
+
+
+def _min3(t: torch.Tensor) -> torch.Tensor:
+    return torch.minimum(torch.minimum(t[0], t[1]), t[2])
+
+
+def _max3(t: torch.Tensor) -> torch.Tensor:
+    return torch.maximum(torch.maximum(t[0], t[1]), t[2])
+
+
+def _bounds(X: torch.Tensor, Y: torch.Tensor, width: int, height: int, cull: bool):
+    """Live mask and clipped pixel bounding box ``(r0, r1, c0, c1)`` of snapped faces ``[3, n]``."""
+    area = (X[1] - X[0]) * (Y[2] - Y[0]) - (Y[1] - Y[0]) * (X[2] - X[0])
+    valid = area < 0 if cull else area != 0
+    r0 = _ceil_div(_min3(Y) - HALF_PIXEL, SUBPIXEL).clamp_(min=0)
+    r1 = torch.div(_max3(Y) - HALF_PIXEL, SUBPIXEL, rounding_mode="floor").clamp_(max=height - 1)
+    c0 = _ceil_div(_min3(X) - HALF_PIXEL, SUBPIXEL).clamp_(min=0)
+    c1 = torch.div(_max3(X) - HALF_PIXEL, SUBPIXEL, rounding_mode="floor").clamp_(max=width - 1)
+    live = valid & (r0 <= r1) & (c0 <= c1)
+    return live, r0, r1, c0, c1
+
+
+def _bary_inputs(scene: _Scene, idx: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
+    """16 float ``[n]`` per-face constants of the rule's barycentric formula.
+
+    In order: ``x2-x1, y2-y1, x0-x2, y0-y2, x1-x0, y1-y0, x0, y0, x1, y1, x2, y2, d, z0, z1, z2``,
+    exactly the sub-expressions of :func:`rule.barycentrics` (snapped positions where the float
+    area is exactly zero), so the per-fragment remainder gives bit-identical results.
+    """
+    x, y, z = scene.gather(scene.sx, idx), scene.gather(scene.sy, idx), scene.gather(scene.sz, idx)  # [3, n]
+    d = (x[1] - x[0]) * (y[2] - y[0]) - (y[1] - y[0]) * (x[2] - x[0])
+    fallback = d == 0.0
+    if bool(fallback.any()):
+        x = torch.where(fallback, X.to(x.dtype) / SUBPIXEL, x)
+        y = torch.where(fallback, Y.to(y.dtype) / SUBPIXEL, y)
+        d = (x[1] - x[0]) * (y[2] - y[0]) - (y[1] - y[0]) * (x[2] - x[0])
+    return [x[2] - x[1], y[2] - y[1], x[0] - x[2], y[0] - y[2], x[1] - x[0], y[1] - y[0],
+            x[0], y[0], x[1], y[1], x[2], y[2], d, z[0], z[1], z[2]]
+
+
+def _zmin(consts: list[torch.Tensor], X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """A conservative nearest depth per face: the affine depth at the snapped corners (covered
+    samples lie inside the snapped triangle) minus a generous rounding margin; -inf if unknown."""
+    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = consts
+    px, py = X.to(d.dtype) / SUBPIXEL, Y.to(d.dtype) / SUBPIXEL  # [3, n]
+    l0 = (e0x * (py - y1) - e0y * (px - x1)) / d
+    l1 = (e1x * (py - y2) - e1y * (px - x2)) / d
+    l2 = (e2x * (py - y0) - e2y * (px - x0)) / d
+    zc = l0 * z0 + l1 * z1 + l2 * z2  # [3, n]
+    cond = _max3(l0.abs() + l1.abs() + l2.abs())
+    scale = torch.maximum(torch.maximum(z0.abs(), z1.abs()), z2.abs())
+    eps = 1e-9 if d.dtype == torch.float64 else 1e-5
+    zmin = _min3(zc) - eps * (1.0 + cond) * (scale + 1e-300)
+    return torch.where(torch.isfinite(zmin), zmin, -math.inf)
+
+
+def _edges(X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
+    """12 int64 ``[n]`` per-face values for the exact column spans of each pixel row.
+
+    With the face oriented positively, edge k's function at the sample of (col, row) is
+    ``E_k = dx_k * py + k_k + beta_k * col`` with ``py = 256 row + 128`` (in subpixels), and the
+    sample is covered when every ``E_k >= t_k`` (``t = 0`` on owned edges, 1 otherwise).
+    In order: ``dx[0..2], k[0..2], beta[0..2], t[0..2]``.
+    """
+    area = (X[1] - X[0]) * (Y[2] - Y[0]) - (Y[1] - Y[0]) * (X[2] - X[0])
+    flip = area < 0
+    X = torch.where(flip, X[[0, 2, 1]], X)  # positive orientation
+    Y = torch.where(flip, Y[[0, 2, 1]], Y)
+    ax, ay = X, Y
+    dx, dy = X.roll(-1, 0) - ax, Y.roll(-1, 0) - ay  # [3, n]
+    owned = (dy < 0) | ((dy == 0) & (dx < 0))
+    # E(col, py) = dx*(py - ay) - dy*(256 col + 128 - ax) = dx*py + k + beta*col
+    k = -dx * ay - dy * (HALF_PIXEL - ax)
+    beta = -dy * SUBPIXEL
+    t = (~owned).long()
+    return [*dx, *k, *beta, *t]
+
+
+def _row_spans(edges: list[torch.Tensor], rows: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
+    """Exact covered columns ``[s0, s1]`` (int64 ``[S]`` each) of spans on ``rows`` with gathered
+    per-span ``edges`` (see :func:`_edges`), clipped to ``[c0, c1]``."""
+    py = rows * SUBPIXEL + HALF_PIXEL  # [S]
+    s0, s1, dead = c0, c1, None
+    for j in range(3):
+        dx, k, beta, t = edges[j], edges[3 + j], edges[6 + j], edges[9 + j]
+        need = t - (dx * py + k)  # covered where beta * col >= need
+        safe = torch.where(beta == 0, 1, beta)
+        q = torch.div(need, safe, rounding_mode="floor")
+        # beta > 0: col >= ceil(need / beta); beta < 0: col <= floor(need / beta)
+        s0 = torch.where(beta > 0, torch.maximum(s0, q + (q * safe != need).long()), s0)
+        s1 = torch.where(beta < 0, torch.minimum(s1, q), s1)
+        flat_dead = (beta == 0) & (need > 0)
+        dead = flat_dead if dead is None else dead | flat_dead
+    s1 = torch.where(dead, -1, s1)
+    return s0, s1
+
+
+class _Buffers:
+    """The z-buffer of stage 1, padded to whole 8-pixel tiles, and its max-depth summaries.
+
+    Pixel id ``(b * Hp + row) * Wp + col`` with ``Hp``/``Wp`` the image size rounded up to
+    multiples of 8.
+    - ``depth``: float ``[B*Hp*Wp]``, +inf where empty, -inf in the padding.
+    - ``winner``: int64 ``[B*Hp*Wp]``, global face id, ``_EMPTY`` where empty.
+    - ``bary``: float ``[3, B*Hp*Wp]``, the winner's affine barycentrics (0 where empty).
+    """
+
+    def __init__(self, B: int, H: int, W: int, dtype: torch.dtype, device: torch.device):
+        self.B, self.H, self.W = B, H, W
+        self.Hp, self.Wp = -(-H // _TILE) * _TILE, -(-W // _TILE) * _TILE
+        d = torch.full((B, self.Hp, self.Wp), -math.inf, dtype=dtype, device=device)
+        d[:, :H, :W] = math.inf
+        self.depth = d.reshape(-1)
+        self.winner = torch.full((B * self.Hp * self.Wp,), _EMPTY, dtype=torch.int64, device=device)
+        self.bary = torch.zeros(3, B * self.Hp * self.Wp, dtype=dtype, device=device)
+        self.drawn = False
+
+    def summarize(self) -> None:
+        """Refresh the max-depth summaries from the depth buffer (between chunks)."""
+        B, Hp, Wp = self.B, self.Hp, self.Wp
+        #: float [B*Hp*(Wp/8)]: max depth over each run of 8 pixels of a row
+        self.row_max = self.depth.view(-1, _TILE).amax(1)
+        lvl = self.row_max.view(B, Hp // _TILE, _TILE, Wp // _TILE).amax(2)  # [B, h, w] 8x8 tiles
+        levels = [lvl]
+        while lvl.shape[1] > 1 or lvl.shape[2] > 1:
+            lvl = torch.nn.functional.max_pool2d(lvl[:, None], 2, 2, ceil_mode=True)[:, 0]
+            levels.append(lvl)
+        self.pyramid = torch.cat([level.reshape(-1) for level in levels])
+        sizes = [(level.shape[1], level.shape[2]) for level in levels]
+        offs, o = [], 0
+        for h, w in sizes:
+            offs.append(o)
+            o += B * h * w
+        dev = self.depth.device
+        self.level_offset = torch.tensor(offs, device=dev)
+        self.level_h = torch.tensor([h for h, _ in sizes], device=dev)
+        self.level_w = torch.tensor([w for _, w in sizes], device=dev)
+        self.top = len(levels) - 1
+
+    def box_max(self, b, r0, r1, c0, c1) -> torch.Tensor:
+        """Upper bound of the depth over each pixel box ``[r0, r1] x [c0, c1]`` of image ``b``."""
+        extent = torch.maximum(r1 - r0, c1 - c0) + 1
+        # level L has tiles of 8 * 2**L px; with a tile at least as big as the box, the box
+        # touches at most 2 x 2 tiles
+        lvl = torch.ceil(torch.log2(extent.float() / _TILE)).clamp(0, self.top).long()
+        h, w = self.level_h[lvl], self.level_w[lvl]
+        base = self.level_offset[lvl] + b * h * w
+        shift = lvl + _TILE_BITS
+        tr0, tr1, tc0, tc1 = r0 >> shift, r1 >> shift, c0 >> shift, c1 >> shift
+        f = self.pyramid
+        take = lambda i: f.index_select(0, i)  # noqa: E731
+        return torch.maximum(torch.maximum(take(base + tr0 * w + tc0), take(base + tr0 * w + tc1)),
+                             torch.maximum(take(base + tr1 * w + tc0), take(base + tr1 * w + tc1)))
+
+    def crop(self, t: torch.Tensor) -> torch.Tensor:
+        """``[..., B*Hp*Wp]`` -> ``[..., B, H, W]``, the image part."""
+        return t.view(*t.shape[:-1], self.B, self.Hp, self.Wp)[..., : self.H, : self.W]
+
+
+def _budget(settings: RasterSettings, B: int, H: int, W: int, F: int):
+    """Split ``memory_budget`` into block/span/run limits, or raise saying what to change.
+
+    Returns ``(max_block, max_spans, max_runs)``: faces per setup block, (face, row) spans per
+    chunk, and 8-pixel runs per piece of fragments.
+    """
+    budget = settings.memory_budget
+    fixed = B * (H + _TILE) * (W + _TILE) * _BYTES_PER_PIXEL + B * F * _BYTES_PER_LIVE_FACE
+    row_runs = -(-W // _TILE) + 1
+    need_work = row_runs * _TILE * _BYTES_PER_LANE + _BYTES_PER_SPAN + _BYTES_PER_SETUP_FACE
+    if budget < fixed + need_work:
+        raise MemoryBudgetError(
+            f"rasterize (torch, hard): memory_budget={budget} bytes cannot hold a {B}x{H}x{W} frame with "
+            f"{F} faces per image (needs at least {fixed + need_work} bytes: {_BYTES_PER_PIXEL} per pixel, "
+            f"{_BYTES_PER_LIVE_FACE} per face, plus one image row of fragments). Raise memory_budget, or "
+            "render fewer images / a smaller size / fewer faces per call"
+        )
+    work = budget - fixed
+    max_runs = max(row_runs, work // (_TILE * _BYTES_PER_LANE))
+    max_spans = max(1, work // _BYTES_PER_SPAN)
+    max_block = max(1, work // _BYTES_PER_SETUP_FACE)
+    return max_block, max_spans, max_runs
+
+
+@torch.no_grad()
+def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> _Buffers:
+    """Stage 1: the winning global face id ``b * F + f`` of every pixel, its depth and its affine
+    barycentrics, as filled :class:`_Buffers`."""
+    scene = _Scene(batch, size)
+    B, F, H, W = scene.B, scene.F, scene.height, scene.width
+    dev = scene.device
+    max_block, max_spans, max_runs = _budget(settings, B, H, W, F)
+    buf = _Buffers(B, H, W, scene.dtype, dev)
+    if B * F == 0:
+        return buf
+
+    # -- setup in blocks: live faces and their bounding boxes -----------------------------------
+    live_g, live_box = [], []
+    for start in range(0, B * F, max_block):
+        g = torch.arange(start, min(B * F, start + max_block), device=dev)
+        X, Y = scene.snapped(scene.corners(g))
+        live, r0, r1, c0, c1 = _bounds(X, Y, W, H, settings.cull_backfaces)
+        keep = live.nonzero().squeeze(1)
+        if keep.numel():
+            live_g.append(g.index_select(0, keep))
+            live_box.append(torch.stack([t.index_select(0, keep) for t in (r0, r1, c0, c1)]))
+        del X, Y, live, r0, r1, c0, c1
+    if not live_g:
+        return buf
+    g_all = torch.cat(live_g)
+    box_all = torch.cat(live_box, dim=1)  # int64 [4, L]: r0, r1, c0, c1
+    del live_g, live_box
+    nrows = box_all[1] - box_all[0] + 1
+    est = nrows * (box_all[3] - box_all[2] + 1) // 2  # about half the box is covered
+    est_total = int(est.sum())
+    max_frags = max_runs * _TILE
+    chunk_frags = min(max_frags, _CHUNK_FRAGMENTS)
+    sort = est_total > max(chunk_frags, _OVERDRAW_TO_SORT * B * H * W)
+    if sort:
+        # High overdraw: draw front to back by a conservative nearest depth, so that faces
+        # hidden behind earlier chunks are rejected cheaply. (The resolve does not depend on
+        # the order.)
+        zmin = torch.empty(g_all.numel(), dtype=scene.dtype, device=dev)
+        for start in range(0, g_all.numel(), max_block):
+            g = g_all[start:start + max_block]
+            idx = scene.corners(g)
+            X, Y = scene.snapped(idx)
+            zmin[start:start + g.numel()] = _zmin(_bary_inputs(scene, idx, X, Y), X, Y)
+            del idx, X, Y
+        order = torch.sort(zmin.float(), stable=True).indices
+        g_all, box_all, nrows, est = g_all[order], box_all[:, order], nrows[order], est[order]
+        del order, zmin
+    else:  # low overdraw: early rejection would not pay for itself; chunks only bound memory
+        chunk_frags = max_frags
+
+    row_ends = torch.cumsum(nrows, 0).cpu()
+    est_ends = torch.cumsum(est + 1, 0).cpu()
+    nrows_cpu = nrows.cpu()
+    n_live = g_all.numel()
+    lo, grow = 0, 1.0
+    while lo < n_live:
+        row_base = int(row_ends[lo - 1]) if lo else 0
+        est_base = int(est_ends[lo - 1]) if lo else 0
+        hi = int(torch.searchsorted(row_ends, row_base + max_spans, right=True))
+        hi = min(hi, int(torch.searchsorted(est_ends, est_base + int(chunk_frags * grow), right=True)))
+        hi = max(hi, lo + 1)
+        g, box = g_all[lo:hi], box_all[:, lo:hi]
+        if buf.drawn:
+            buf.summarize()
+        if int(nrows_cpu[lo]) > max_spans:  # one face taller than the span budget: split its rows
+            for r in range(0, int(nrows_cpu[lo]), max_spans):
+                count = min(max_spans, int(nrows_cpu[lo]) - r)
+                _draw(scene, buf, g, box, r, count, max_runs, False)
+                buf.drawn = True
+                buf.summarize()
+        else:
+            kept = _draw(scene, buf, g, box, 0, None, max_runs, sort and buf.drawn)
+            # when most faces of a chunk were hidden, the next chunks can be larger
+            grow = min(_MAX_GROW, 1.0 / max(kept, 1.0 / _MAX_GROW))
+        buf.drawn = True
+        lo = hi
+    return buf
+
+
+def _take(table, index: torch.Tensor) -> list[torch.Tensor]:
+    """Each of the ``[n]`` tensors of ``table`` gathered at ``index [N]``."""
+    return [row.index_select(0, index) for row in table]
+
+
+def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int | None, max_runs: int,
+          reject: bool) -> float:
+    """Rasterize global faces ``g [n]`` with pixel boxes ``box [4, n]`` into ``buf``: rows
+    ``row_offset`` .. ``+ row_count`` of each face's box, or all of them. With ``reject``, faces
+    and runs hidden behind the buffer are skipped. Returns the fraction of faces not rejected
+    by their bounding box."""
+    dev = g.device
+    n_in = g.numel()
+    idx = scene.corners(g)  # [3, n]
+    X, Y = scene.snapped(idx)
+    consts = _bary_inputs(scene, idx, X, Y)  # 16 x [n]
+    r0, r1, c0, c1 = box
+    b = scene.image_of(g)
+    zmin = None
+    if reject:  # faces hidden over their whole box
+        zmin = _zmin(consts, X, Y)
+        vis = (zmin <= buf.box_max(b, r0, r1, c0, c1)).nonzero().squeeze(1)
+        if vis.numel() == 0:
+            return 0.0
+        if vis.numel() != n_in:
+            g, zmin, b, r0, r1, c0, c1 = _take((g, zmin, b, r0, r1, c0, c1), vis)
+            X, Y = X.index_select(1, vis), Y.index_select(1, vis)
+            consts = _take(consts, vis)
+    kept = g.numel() / n_in
+    first = r0 + row_offset
+    counts = r1 - first + 1
+    if row_count is not None:
+        counts = counts.clamp(max=row_count)
+    # (face, row) spans and their exact covered columns
+    n_spans = int(counts.sum())
+    span_face = torch.repeat_interleave(torch.arange(g.numel(), device=dev), counts, output_size=n_spans)
+    span_start = torch.cumsum(counts, 0) - counts
+    rows = (first - span_start).index_select(0, span_face) + torch.arange(n_spans, device=dev)
+    s0, s1 = _row_spans(_take(_edges(X, Y), span_face), rows, c0.index_select(0, span_face),
+                        c1.index_select(0, span_face))
+    keep = (s1 >= s0).nonzero().squeeze(1)
+    if keep.numel() == 0:
+        return kept
+    span_face, rows, s0, s1 = _take((span_face, rows, s0, s1), keep)
+    row_id = b.index_select(0, span_face) * buf.Hp + rows  # [S] row of the padded buffers
+    lengths = s1 - s0 + 1
+    total = int(lengths.sum())
+    if total < _SPARSE_SPAN * s0.numel():
+        # short spans (small faces): one fragment per covered sample, no wasted lanes
+        span_tab = _span_table(consts, span_face, rows, zmin if reject else None)
+        gid = g.index_select(0, span_face)
+        ends = torch.cumsum(lengths, 0).cpu()
+        piece = max_runs * _TILE
+        begin = 0
+        while begin < total:  # pieces of at most `piece` fragments; spans are never split
+            i0 = int(torch.searchsorted(ends, begin, right=True))
+            i1 = max(i0 + 1, int(torch.searchsorted(ends, begin + piece, right=True)))
+            stop = int(ends[i1 - 1])
+            _fragments_sparse(buf, s0[i0:i1], lengths[i0:i1], row_id[i0:i1], stop - begin,
+                              [t[i0:i1] for t in span_tab], gid[i0:i1])
+            begin = stop
+        return kept
+
+    # runs: the 8-aligned pieces of the spans (pixel ids run * 8 + lane, lane in 0..7)
+    t0, t1 = s0 >> _TILE_BITS, s1 >> _TILE_BITS
+    nrun = t1 - t0 + 1
+    n_run = int(nrun.sum())
+    run_span = torch.repeat_interleave(torch.arange(s0.numel(), device=dev), nrun, output_size=n_run)
+    run_start = torch.cumsum(nrun, 0) - nrun
+    run = (row_id * (buf.Wp >> _TILE_BITS) + t0 - run_start).index_select(0, run_span) \
+        + torch.arange(n_run, device=dev)  # [R] run id in the padded buffers
+    if reject:  # runs hidden behind the buffer
+        near = zmin.index_select(0, span_face).index_select(0, run_span)
+        vis = (buf.row_max.index_select(0, run) >= near).nonzero().squeeze(1)
+        if vis.numel() == 0:
+            return kept
+        run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
+
+    span_tab = _span_table(consts, span_face, rows, None)
+    span_int = [s0, s1, g.index_select(0, span_face)]  # covered columns, global face id
+    del consts
+    for i0 in range(0, run.numel(), max_runs):  # pieces that fit the memory budget
+        _fragments(buf, run[i0:i0 + max_runs], run_span[i0:i0 + max_runs], span_tab, span_int)
+    return kept
+
+
+def _span_table(consts, span_face, rows, zmin) -> list[torch.Tensor]:
+    """Per span ``[S]``: the row-constant parts of the rule's barycentric expressions
+    (``a_k = e_kx * (py - y_k')``), the face constants the rest needs, and optionally ``zmin``."""
+    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = _take(consts, span_face)
+    py = rows.to(d.dtype) + 0.5
+    table = [e0x * (py - y1), e1x * (py - y2), e2x * (py - y0), e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2]
+    if zmin is not None:
+        table.append(zmin.index_select(0, span_face))
+    return table
+
+
+def _fragments_sparse(buf: _Buffers, s0, lengths, row_id, n: int, span_tab, gid) -> None:
+    """Expand spans (first column ``s0``, ``lengths``, buffer row ``row_id``) into their ``n``
+    samples, one fragment each, and resolve them into ``buf``."""
+    dev = s0.device
+    span = torch.repeat_interleave(torch.arange(s0.numel(), device=dev), lengths, output_size=n)
+    start = torch.cumsum(lengths, 0) - lengths
+    col = (s0 - start).index_select(0, span) + torch.arange(n, device=dev)  # [N]
+    pix = (row_id * buf.Wp).index_select(0, span) + col
+    old = buf.depth.index_select(0, pix)
+    if len(span_tab) > 13:  # early depth rejection per fragment (conservative)
+        alive = (old >= span_tab[13].index_select(0, span)).nonzero().squeeze(1)
+        if alive.numel() == 0:
+            return
+        if alive.numel() != n:
+            span, col, pix, old = _take((span, col, pix, old), alive)
+    a0, a1, a2, e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2 = _take(span_tab[:13], span)
+    px = col.to(d.dtype) + 0.5
+    l0 = (a0 - e0y * (px - x1)) / d
+    l1 = (a1 - e1y * (px - x2)) / d
+    l2 = (a2 - e2y * (px - x0)) / d
+    z = l0 * z0 + l1 * z1 + l2 * z2
+    ok = z < math.inf  # NaN and +inf never cover a sample
+    z = torch.where(ok, z, math.inf)
+    buf.depth.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
+    at_min = ((z == buf.depth.index_select(0, pix)) & ok).nonzero().squeeze(1)
+    if at_min.numel() == 0:
+        return
+    pix, z, old, l0, l1, l2 = _take((pix, z, old, l0, l1, l2), at_min)
+    _settle(buf, pix, z, old, gid.index_select(0, span.index_select(0, at_min)), (l0, l1, l2))
+
+
+def _settle(buf: _Buffers, pix, z, old, gid, bary) -> None:
+    """Second half of the resolve, for the fragments ``pix [M]`` whose depth ``z`` equals the
+    buffer's new minimum: the lowest face id wins; the winner's barycentrics are stored."""
+    lost = (z < old).nonzero().squeeze(1)
+    buf.winner.index_fill_(0, pix.index_select(0, lost), _EMPTY)  # the old winner lost these
+    buf.winner.scatter_reduce_(0, pix, gid, reduce="amin", include_self=True)
+    won = (buf.winner.index_select(0, pix) == gid).nonzero().squeeze(1)  # one per pixel
+    wp = pix.index_select(0, won)
+    for k, lk in enumerate(bary):
+        buf.bary[k].index_copy_(0, wp, lk.index_select(0, won))
+
+
+def _fragments(buf: _Buffers, run, run_span, span_tab, span_int) -> None:
+    """Evaluate the ``[R, 8]`` samples of runs ``run [R]`` (of spans ``run_span [R]``) and
+    resolve them into ``buf``. Lanes outside their span's covered columns are ignored."""
+    s0, s1, gid = _take(span_int, run_span)
+    a0, a1, a2, e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2 = (t[:, None] for t in _take(span_tab, run_span))
+    lane = torch.arange(_TILE, device=run.device)  # [8]
+    col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
+    covered = (lane >= (s0 - col0)[:, None]) & (lane <= (s1 - col0)[:, None])  # [R, 8]
+    px = (col0.to(d.dtype) + 0.5)[:, None] + lane.to(d.dtype)  # exact: integers + 0.5
+    l0 = (a0 - e0y * (px - x1)) / d
+    l1 = (a1 - e1y * (px - x2)) / d
+    l2 = (a2 - e2y * (px - x0)) / d
+    z = l0 * z0 + l1 * z1 + l2 * z2
+    ok = covered & (z < math.inf)  # NaN and +inf never cover a sample
+    z = torch.where(ok, z, math.inf)
+    runs = buf.depth.view(-1, _TILE)
+    old = runs.index_select(0, run)  # [R, 8]
+    pix = (run << _TILE_BITS)[:, None] + lane  # [R, 8]
+    buf.depth.scatter_reduce_(0, pix.view(-1), z.view(-1), reduce="amin", include_self=True)
+    at_min = ((z == runs.index_select(0, run)) & ok).view(-1).nonzero().squeeze(1)
+    if at_min.numel() == 0:
+        return
+    pix, z, old, l0, l1, l2 = _take((pix.view(-1), z.view(-1), old.view(-1), l0.view(-1), l1.view(-1), l2.view(-1)), at_min)
+    _settle(buf, pix, z, old, gid.index_select(0, at_min >> _TILE_BITS), (l0, l1, l2))
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 2: fragments of the winners
+# --------------------------------------------------------------------------------------------
+
+
+def pixel_fragments(batch: TriangleBatch, size: tuple[int, int], buf: _Buffers) -> Fragments:
+    """``Fragments`` from the resolved buffers of stage 1, in the compute dtype.
+
+    When the batch's vertices need gradients, barycentrics and depth are evaluated again per
+    covered pixel from the unsnapped positions, with autograd, in exactly the rule's
+    expressions (so the values are the same bits as stage 1's). Otherwise stage 1's values are
+    used as they are.
+    """
+    height, width = size
+    B, F, V = batch.batch_size, batch.num_faces, batch.vertices.shape[1]
+    dev = batch.device
+    dtype = compute_dtype(dev)
+    shape = (B, height, width, 1)
+    n_pix = B * height * width
+    winner = buf.crop(buf.winner).reshape(-1)  # [B*H*W] global face ids
+    covered = (winner != _EMPTY).nonzero().squeeze(1)  # [N]
+    g = winner.index_select(0, covered)
+    b = torch.div(g, max(F, 1), rounding_mode="floor") if B > 1 else torch.zeros_like(g)
+    f = g - b * F
+    face_index = torch.full((n_pix,), -1, dtype=torch.int64, device=dev).index_copy_(0, covered, f)
+    clip = batch.is_clip_space
+    grad = torch.is_grad_enabled() and batch.vertices.requires_grad
+    if not grad and not clip:  # stage 1's values are final
+        return Fragments(
+            face_index=face_index.reshape(shape),
+            bary=buf.crop(buf.bary).permute(1, 2, 3, 0).reshape(*shape, 3),
+            depth=buf.crop(buf.depth).reshape(shape),
+        )
+
+    bary = torch.zeros(n_pix, 3, dtype=dtype, device=dev)
+    depth = torch.full((n_pix,), math.inf, dtype=dtype, device=dev)
+    screen_bary = torch.zeros(n_pix, 3, dtype=dtype, device=dev) if clip else None
+    if covered.numel():
+        idx = torch.stack([row.index_select(0, f) for row in batch.faces.T]) + b * V  # [3, N] vertex ids
+        if grad:
+            screen = batch.screen_vertices(size).to(dtype)  # [B, V, 3], differentiable
+            flat = screen.reshape(-1)
+            x, y, zv = (flat.index_select(0, (idx * 3 + k).reshape(-1)).view(3, -1) for k in range(3))
+            x0, x1, x2 = x
+            y0, y1, y2 = y
+            d = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+            fallback = d.detach() == 0.0
+            if bool(fallback.any()):  # float area zero: the rule uses the snapped positions
+                sx = torch.round(x.detach() * SUBPIXEL) / SUBPIXEL
+                sy = torch.round(y.detach() * SUBPIXEL) / SUBPIXEL
+                x0, x1, x2 = torch.where(fallback, sx, x)
+                y0, y1, y2 = torch.where(fallback, sy, y)
+                d = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+            rest = covered - b * (height * width)
+            row = torch.div(rest, width, rounding_mode="floor")
+            px = (rest - row * width).to(dtype) + 0.5
+            py = row.to(dtype) + 0.5
+            l0 = ((x2 - x1) * (py - y1) - (y2 - y1) * (px - x1)) / d
+            l1 = ((x0 - x2) * (py - y2) - (y0 - y2) * (px - x2)) / d
+            l2 = ((x1 - x0) * (py - y0) - (y1 - y0) * (px - x0)) / d
+            z = l0 * zv[0] + l1 * zv[1] + l2 * zv[2]
+        else:
+            l0, l1, l2 = (buf.crop(buf.bary[k]).reshape(-1).index_select(0, covered) for k in range(3))
+            z = buf.crop(buf.depth).reshape(-1).index_select(0, covered)
+        depth = depth.index_put((covered,), z)
+        if clip:
+            screen_bary = screen_bary.index_put((covered,), torch.stack([l0, l1, l2], -1))
+            w = batch.vertices[..., 3].to(dtype).reshape(-1).index_select(0, idx.reshape(-1)).view(3, -1)
+            q0, q1, q2 = l0 / w[0], l1 / w[1], l2 / w[2]
+            s = q0 + q1 + q2
+            l0, l1, l2 = q0 / s, q1 / s, q2 / s
+        bary = bary.index_put((covered,), torch.stack([l0, l1, l2], -1))
+    return Fragments(
+        face_index=face_index.reshape(shape),
+        bary=bary.reshape(*shape, 3),
+        depth=depth.reshape(shape),
+        screen_bary=None if screen_bary is None else screen_bary.reshape(*shape, 3),
+    )

@@ -1,0 +1,102 @@
+"""Attribute interpolation at fragments: per-vertex attributes by barycentrics, per-face by gather.
+
+Differentiable with respect to the attributes and, through ``fragments.bary``, the vertex
+positions (when the fragments come from the torch backend).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._check import PyGpuTypeError, PyGpuValueError, check_finite, check_float, check_shape, check_tensor
+from ..contracts import Fragments
+
+_KINDS = (None, "vertex", "face")
+
+
+def interpolate(attributes: torch.Tensor, fragments: Fragments, faces: torch.Tensor, *, kind: str | None = None) -> torch.Tensor:
+    """Attributes at every fragment.
+
+    Args:
+        attributes: float ``[B, V, C]`` per-vertex or ``[B, F, C]`` per-face attributes (a
+            ``[V|F, C]`` tensor is broadcast over ``B``; a batch of 1 too).
+        fragments: ``Fragments`` with ``face_index`` int64 ``[B, H, W, K]`` and ``bary`` float
+            ``[B, H, W, K, 3]`` (perspective-correct for clip-space input).
+        faces: int64 (or int32) ``[F, 3]``, the face list the fragments index.
+        kind: ``"vertex"`` or ``"face"``. By default it is inferred: per-face when
+            ``attributes.shape[1] == F`` and that many rows cannot be per-vertex (some face uses a
+            vertex id ``>= F``); per-vertex otherwise. Pass it when ``V == F`` is ambiguous.
+
+    Returns:
+        float ``[B, H, W, K, C]``: per-vertex ``b0 * a0 + b1 * a1 + b2 * a2`` (in that order, as
+        the exact shader does) or the per-face value; 0 where ``face_index == -1``. The dtype is
+        the promotion of the attributes' and the barycentrics' dtypes.
+
+    Raises:
+        PyGpuTypeError: a non-tensor, an integer ``attributes`` or a non-integer ``faces``.
+        PyGpuValueError: bad shapes, non-finite attributes, out-of-range faces, mixed devices.
+    """
+    where = "interpolate"
+    if not isinstance(fragments, Fragments):
+        raise PyGpuTypeError(f"{where}: `fragments` must be a Fragments, got {type(fragments).__name__}")
+    check_tensor(where, "attributes", attributes)
+    check_tensor(where, "faces", faces)
+    check_float(where, "attributes", attributes)
+    if kind not in _KINDS:
+        raise PyGpuValueError(f"{where}: `kind` must be 'vertex', 'face' or None, got {kind!r}")
+    face_index = fragments.face_index  # int64 [B, H, W, K]
+    bary = fragments.bary  # float [B, H, W, K, 3]
+    device = face_index.device
+    for name, t in (("attributes", attributes), ("faces", faces), ("fragments.bary", bary)):
+        if t.device != device:
+            raise PyGpuValueError(
+                f"{where}: `{name}` is on {t.device} but `fragments.face_index` is on {device}; "
+                "move every tensor to one device"
+            )
+    if faces.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8):
+        faces = faces.long()
+    if faces.dtype != torch.int64:
+        raise PyGpuTypeError(f"{where}: `faces` must be an int64 (or int32) tensor, got {faces.dtype}")
+    check_shape(where, "faces", faces, (None, 3), "[F, 3]")
+    if attributes.dim() == 2:
+        attributes = attributes.unsqueeze(0)
+    check_shape(where, "attributes", attributes, (None, None, None), "[B, V, C] or [B, F, C]")
+    check_finite(where, "attributes", attributes)
+    B, H, W, K = face_index.shape
+    if attributes.shape[0] not in (1, B):
+        raise PyGpuValueError(
+            f"{where}: `attributes` has batch size {attributes.shape[0]} but the fragments have {B}"
+        )
+    attributes = attributes.expand(B, -1, -1)
+    n, C = attributes.shape[1], attributes.shape[2]
+    F = faces.shape[0]
+    max_vertex = int(faces.max()) if F else -1
+    if kind is None:
+        kind = "face" if (n == F and max_vertex >= n) else "vertex"
+    if kind == "vertex" and n <= max_vertex:
+        raise PyGpuValueError(
+            f"{where}: per-vertex `attributes` has {n} rows but `faces` uses vertex id {max_vertex} "
+            f"(per-face attributes need exactly F={F} rows)"
+        )
+    if kind == "face" and n != F:
+        raise PyGpuValueError(f"{where}: per-face `attributes` must have F={F} rows, got {n}")
+    if face_index.numel() and int(face_index.max()) >= F:
+        raise PyGpuValueError(
+            f"{where}: `fragments.face_index` refers to face {int(face_index.max())} but `faces` has {F}"
+        )
+
+    dtype = torch.promote_types(attributes.dtype, bary.dtype)
+    attributes = attributes.to(dtype)
+    covered = face_index >= 0  # [B, H, W, K]
+    safe = face_index.clamp(min=0).reshape(B, -1)  # [B, H*W*K]
+
+    def rows(index: torch.Tensor) -> torch.Tensor:  # [B, H*W*K] -> [B, H, W, K, C]
+        return torch.gather(attributes, 1, index[..., None].expand(-1, -1, C)).reshape(B, H, W, K, C)
+
+    if kind == "face":
+        value = rows(safe)
+    else:
+        corner = faces[safe]  # [B, H*W*K, 3] vertex ids
+        w = bary.to(dtype)
+        value = w[..., 0:1] * rows(corner[..., 0]) + w[..., 1:2] * rows(corner[..., 1]) + w[..., 2:3] * rows(corner[..., 2])
+    return torch.where(covered[..., None], value, torch.zeros((), dtype=dtype, device=device))
