@@ -1,7 +1,9 @@
 """py_gpu: a PyTorch-native triangle rasterizer, exact and differentiable, on any torch device.
 
 The whole public surface is below. Tensor API: ``TriangleBatch`` -> ``rasterize`` ->
-``Fragments`` -> ``interpolate`` / ``render`` -> ``Frame``. Seed API (py_gpu 0.0.1):
+``Fragments`` -> ``interpolate`` / ``render`` -> ``Frame``. World space: ``MeshBatch`` +
+``Camera`` -> ``Renderer`` (lit, textured, persistent geometry) -> ``Frame``. Building blocks
+live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.raster`` and ``py_gpu.shading``. Seed API (py_gpu 0.0.1):
 ``RasterBatch`` of ``ScreenTriangle`` -> ``select_backend(...).render(batch, width, height)`` ->
 ``FrameBuffer``.
 """
@@ -20,8 +22,11 @@ from .backends import (
     select_backend,
 )
 from .buffers import DepthBuffer, FrameBuffer
+from .camera import Camera
 from .contracts import Fragments, Frame, TriangleBatch
 from .geometry import RasterBatch, ScreenTriangle, ScreenVertex
+from .mesh import MeshBatch
+from .renderer import Renderer
 from .settings import RasterSettings
 
 __all__ = [
@@ -33,6 +38,10 @@ __all__ = [
     "rasterize",
     "interpolate",
     "render",
+    # world space
+    "Camera",
+    "MeshBatch",
+    "Renderer",
     # backends
     "BackendCapabilities",
     "RasterBackend",

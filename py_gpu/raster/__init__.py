@@ -3,6 +3,7 @@
 ``from py_gpu.raster import CPURasterBackend`` keeps working as in py_gpu 0.0.1.
 """
 
+from .clip import clip_batch, clip_near, unclip_fragments
 from .numpy_raster import rasterize_numpy
 from .reference import rasterize_reference
 from .soft_oracle import rasterize_soft_oracle
@@ -17,4 +18,4 @@ def __getattr__(name):  # lazy: backends import this package
     raise AttributeError(name)
 
 
-__all__ = ["CPURasterBackend", "rasterize_numpy", "rasterize_reference", "rasterize_soft", "rasterize_soft_oracle"]
+__all__ = ["CPURasterBackend", "clip_batch", "clip_near", "unclip_fragments", "rasterize_numpy", "rasterize_reference", "rasterize_soft", "rasterize_soft_oracle"]

@@ -1,0 +1,435 @@
+"""World-space meshes: ``MeshBatch``, procedural shapes, OBJ input/output, trimesh interop.
+
+Winding: front faces are counter-clockwise seen from outside (right-handed), so their normals
+``(v1 - v0) x (v2 - v0)`` point outward. UVs: ``(u, v)`` with u to the right and **v up**
+(``v = 0`` is the bottom row of a texture image, as in OBJ files and OpenGL).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from ._check import PyGpuTypeError, PyGpuValueError, check_finite, check_float, check_shape
+
+__all__ = [
+    "MeshBatch",
+    "vertex_normals",
+    "face_normals",
+    "cube",
+    "icosphere",
+    "uv_sphere",
+    "plane",
+    "torus",
+    "concat_meshes",
+    "load_obj",
+    "save_obj",
+    "from_trimesh",
+    "to_trimesh",
+]
+
+
+def _t(value, dtype=None, device=None) -> torch.Tensor | None:
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    elif not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(value)
+    return value.to(device=device) if device is not None else value
+
+
+def face_normals(positions: torch.Tensor, faces: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
+    """float ``[..., F, 3]`` face normals ``(v1 - v0) x (v2 - v0)`` of ``positions [..., V, 3]``.
+
+    Unnormalized, their length is twice the face area (the weights of :func:`vertex_normals`).
+    """
+    tri = positions[..., faces, :]  # [..., F, 3, 3]
+    n = torch.cross(tri[..., 1, :] - tri[..., 0, :], tri[..., 2, :] - tri[..., 0, :], dim=-1)
+    return n / n.norm(dim=-1, keepdim=True).clamp_min(1e-20) if normalize else n
+
+
+def vertex_normals(positions: torch.Tensor, faces: torch.Tensor) -> torch.Tensor:
+    """Smooth float ``[..., V, 3]`` unit vertex normals: area-weighted sums of adjacent face normals.
+
+    Differentiable in ``positions``; vertices used by no face get ``(0, 0, 0)``.
+    """
+    fn = face_normals(positions, faces, normalize=False)  # [..., F, 3]
+    out = torch.zeros_like(positions)
+    for k in range(3):
+        out = out.index_add(-2, faces[:, k], fn)
+    return out / out.norm(dim=-1, keepdim=True).clamp_min(1e-20)
+
+
+@dataclass(frozen=True, eq=False)
+class MeshBatch:
+    """One triangle mesh (or ``B`` meshes sharing a topology) in world space.
+
+    Attributes:
+        positions: float ``[V, 3]`` or ``[B, V, 3]`` vertex positions.
+        faces: int64 ``[F, 3]`` vertex indices, counter-clockwise seen from the front.
+        normals: float, same shape as ``positions``, unit vertex normals. Computed (smooth,
+            area-weighted) when not given.
+        uvs: optional float ``[V, 2]`` (or ``[B, V, 2]``) texture coordinates, v up.
+        colors: optional float ``[V, C]`` (or ``[B, V, C]``) per-vertex colors in [0, 1].
+        material_ids: optional int64 ``[F]`` per-face material index (0 when absent).
+
+    Meshes with seams (a cube's sharp edges, a sphere's UV seam) duplicate their seam vertices.
+    """
+
+    positions: torch.Tensor
+    faces: torch.Tensor
+    normals: torch.Tensor | None = None
+    uvs: torch.Tensor | None = None
+    colors: torch.Tensor | None = None
+    material_ids: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        where = "MeshBatch"
+        pos = _t(self.positions)
+        if pos.dtype == torch.float16 or not pos.is_floating_point():
+            pos = pos.to(torch.float32) if not pos.is_floating_point() else pos
+        check_float(where, "positions", pos)
+        check_shape(where, "positions", pos, (None, 3) if pos.dim() == 2 else (None, None, 3), "[V, 3] or [B, V, 3]")
+        check_finite(where, "positions", pos)
+        faces = _t(self.faces, device=pos.device)
+        if faces.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8):
+            faces = faces.long()
+        if faces.dtype != torch.int64:
+            raise PyGpuTypeError(f"{where}: `faces` must be an integer tensor, got {faces.dtype}")
+        if faces.dim() == 1 and faces.numel() == 0:
+            faces = faces.reshape(0, 3)
+        check_shape(where, "faces", faces, (None, 3), "[F, 3]")
+        nv = pos.shape[-2]
+        if faces.numel() and (int(faces.min()) < 0 or int(faces.max()) >= nv):
+            raise PyGpuValueError(
+                f"{where}: `faces` index out of range [{int(faces.min())}, {int(faces.max())}] for {nv} vertices"
+            )
+        object.__setattr__(self, "positions", pos)
+        object.__setattr__(self, "faces", faces)
+        for name, channels in (("normals", 3), ("uvs", 2), ("colors", None)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            t = _t(value, device=pos.device)
+            check_float(where, name, t)
+            if t.dim() not in (2, 3) or t.shape[-2] != nv or (channels is not None and t.shape[-1] != channels):
+                want = f"[V={nv}, {channels or 'C'}] or [B, V, {channels or 'C'}]"
+                raise PyGpuValueError(f"{where}: `{name}` must have shape {want}, got {tuple(t.shape)}")
+            check_finite(where, name, t)
+            object.__setattr__(self, name, t.to(pos.dtype))
+        if self.normals is None:
+            object.__setattr__(self, "normals", vertex_normals(pos, faces))
+        if self.material_ids is not None:
+            m = _t(self.material_ids, device=pos.device).long()
+            check_shape(where, "material_ids", m, (faces.shape[0],), f"[F={faces.shape[0]}]")
+            if m.numel() and int(m.min()) < 0:
+                raise PyGpuValueError(f"{where}: `material_ids` must be >= 0")
+            object.__setattr__(self, "material_ids", m)
+
+    # ---- facts -----------------------------------------------------------------------------------
+    @property
+    def num_vertices(self) -> int:
+        return self.positions.shape[-2]
+
+    @property
+    def num_faces(self) -> int:
+        return self.faces.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.positions.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.positions.dtype
+
+    def face_normals(self) -> torch.Tensor:
+        """float ``[F, 3]`` (or ``[B, F, 3]``) unit face normals."""
+        return face_normals(self.positions, self.faces)
+
+    # ---- transforms -----------------------------------------------------------------------------
+    def to(self, device=None, dtype=None) -> "MeshBatch":
+        """The mesh on ``device`` with float tensors in ``dtype`` (integers keep theirs)."""
+        f = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
+        i = lambda t: None if t is None else t.to(device=device)  # noqa: E731
+        return MeshBatch(f(self.positions), i(self.faces), f(self.normals), f(self.uvs), f(self.colors), i(self.material_ids))
+
+    def transformed(self, matrix: torch.Tensor) -> "MeshBatch":
+        """The mesh moved by an affine float ``[4, 4]`` matrix; normals use its inverse transpose."""
+        m = matrix.to(self.dtype)
+        lin, t = m[:3, :3], m[:3, 3]
+        pos = self.positions @ lin.T + t
+        nrm = self.normals @ torch.linalg.inv(lin)
+        nrm = nrm / nrm.norm(dim=-1, keepdim=True).clamp_min(1e-20)
+        return replace(self, positions=pos, normals=nrm)
+
+    def with_colors(self, colors) -> "MeshBatch":
+        """The mesh with per-vertex ``colors`` ``[V, C]``, or one color ``[C]`` for every vertex."""
+        c = _t(colors, device=self.device).to(self.dtype)
+        if c.dim() == 1:
+            c = c.expand(self.num_vertices, -1)
+        return replace(self, colors=c)
+
+    def with_material(self, material_id: int) -> "MeshBatch":
+        """The mesh with every face assigned material ``material_id``."""
+        return replace(self, material_ids=torch.full((self.num_faces,), int(material_id), dtype=torch.int64, device=self.device))
+
+
+def concat_meshes(meshes: list[MeshBatch]) -> MeshBatch:
+    """One mesh holding all of ``meshes`` (faces re-indexed). UVs/colors missing on some become 0;
+    material ids missing become 0."""
+    if not meshes:
+        raise PyGpuValueError("concat_meshes: need at least one mesh")
+    dtype, device = meshes[0].dtype, meshes[0].device
+    offset, faces = 0, []
+    for m in meshes:
+        faces.append(m.faces.to(device) + offset)
+        offset += m.num_vertices
+
+    def cat(name, channels):
+        vals = [getattr(m, name) for m in meshes]
+        if all(v is None for v in vals):
+            return None
+        ch = channels or max(v.shape[-1] for v in vals if v is not None)
+        return torch.cat([torch.zeros(m.num_vertices, ch, dtype=dtype, device=device) if v is None else v.to(device, dtype)
+                          for m, v in zip(meshes, vals)])
+
+    mats = None
+    if any(m.material_ids is not None for m in meshes):
+        mats = torch.cat([torch.zeros(m.num_faces, dtype=torch.int64, device=device) if m.material_ids is None
+                          else m.material_ids.to(device) for m in meshes])
+    return MeshBatch(torch.cat([m.positions.to(device, dtype) for m in meshes]), torch.cat(faces),
+                     cat("normals", 3), cat("uvs", 2), cat("colors", None), mats)
+
+
+# ---- procedural meshes ---------------------------------------------------------------------------
+def _mesh(v, f, n=None, uv=None, dtype=torch.float32, device=None) -> MeshBatch:
+    to = lambda a: None if a is None else torch.as_tensor(np.asarray(a, dtype=np.float64)).to(dtype=dtype, device=device)  # noqa: E731
+    return MeshBatch(to(v), torch.as_tensor(np.asarray(f, dtype=np.int64), device=device), to(n), to(uv))
+
+
+def cube(size: float = 1.0, *, dtype=torch.float32, device=None) -> MeshBatch:
+    """Axis-aligned cube of edge ``size`` centered at the origin: 24 vertices (4 per side, flat
+    normals), 12 faces, each side mapped to the full ``[0, 1]^2`` UV square."""
+    h = size / 2.0
+    # (normal, u axis, v axis) per side, u x v = normal so corners run counter-clockwise
+    sides = [((1, 0, 0), (0, 0, -1), (0, 1, 0)), ((-1, 0, 0), (0, 0, 1), (0, 1, 0)),
+             ((0, 1, 0), (1, 0, 0), (0, 0, -1)), ((0, -1, 0), (1, 0, 0), (0, 0, 1)),
+             ((0, 0, 1), (1, 0, 0), (0, 1, 0)), ((0, 0, -1), (-1, 0, 0), (0, 1, 0))]
+    v, n, uv, f = [], [], [], []
+    for s, (nn, uu, vv) in enumerate(sides):
+        nn, uu, vv = np.array(nn, float), np.array(uu, float), np.array(vv, float)
+        for a, b in ((0, 0), (1, 0), (1, 1), (0, 1)):
+            v.append(h * (nn + (2 * a - 1) * uu + (2 * b - 1) * vv))
+            n.append(nn)
+            uv.append((a, b))
+        o = 4 * s
+        f += [(o, o + 1, o + 2), (o, o + 2, o + 3)]
+    return _mesh(v, f, n, uv, dtype, device)
+
+
+def plane(size: float = 1.0, subdivisions: int = 1, *, dtype=torch.float32, device=None) -> MeshBatch:
+    """Square in the y = 0 plane facing +Y, edge ``size``, centered at the origin, split into
+    ``subdivisions^2`` quads (2 faces each). UV (0, 0) at (-x, +z), (1, 1) at (+x, -z)."""
+    n = int(subdivisions)
+    if n < 1:
+        raise PyGpuValueError(f"plane: `subdivisions` must be >= 1, got {subdivisions}")
+    t = np.linspace(0.0, 1.0, n + 1)
+    uu, vv = np.meshgrid(t, t, indexing="xy")  # [n+1, n+1], rows = v
+    v = np.stack([(uu - 0.5) * size, np.zeros_like(uu), (0.5 - vv) * size], -1).reshape(-1, 3)
+    uv = np.stack([uu, vv], -1).reshape(-1, 2)
+    idx = lambda i, j: i * (n + 1) + j  # noqa: E731  (row i = v, column j = u)
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    a, b, c, d = idx(i, j), idx(i, j + 1), idx(i + 1, j + 1), idx(i + 1, j)
+    f = np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)])
+    normals = np.tile([0.0, 1.0, 0.0], (len(v), 1))
+    return _mesh(v, f, normals, uv, dtype, device)
+
+
+def uv_sphere(rings: int = 16, segments: int = 32, radius: float = 1.0, *, dtype=torch.float32, device=None) -> MeshBatch:
+    """Latitude/longitude sphere with a UV seam (duplicated column at u = 1) and exact normals.
+
+    ``u`` runs with longitude (around +Y), ``v`` from 0 at the south pole to 1 at the north pole.
+    """
+    if rings < 2 or segments < 3:
+        raise PyGpuValueError(f"uv_sphere: need rings >= 2 and segments >= 3, got {rings}, {segments}")
+    u = np.linspace(0.0, 1.0, segments + 1)
+    vv = np.linspace(0.0, 1.0, rings + 1)
+    U, V = np.meshgrid(u, vv, indexing="xy")  # [rings+1, segments+1]
+    theta = U * 2 * np.pi
+    phi = (V - 0.5) * np.pi
+    n = np.stack([np.cos(phi) * np.sin(theta), np.sin(phi), np.cos(phi) * np.cos(theta)], -1).reshape(-1, 3)
+    uv = np.stack([U, V], -1).reshape(-1, 2)
+    cols = segments + 1
+    i, j = np.meshgrid(np.arange(rings), np.arange(segments), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    a, b, c, d = i * cols + j, i * cols + j + 1, (i + 1) * cols + j + 1, (i + 1) * cols + j
+    f = np.concatenate([np.stack([a, b, c], 1)[i > 0], np.stack([a, c, d], 1)[i < rings - 1]])
+    return _mesh(n * radius, f, n, uv, dtype, device)
+
+
+def icosphere(level: int = 2, radius: float = 1.0, *, dtype=torch.float32, device=None) -> MeshBatch:
+    """Geodesic sphere with ``20 * 4**level`` faces and exact normals (no UVs: it has no seam)."""
+    from .fixtures import icosphere as _ico
+
+    if level < 0 or level > 8:
+        raise PyGpuValueError(f"icosphere: `level` must be in 0..8, got {level}")
+    v, f = _ico(int(level))
+    # fixtures' winding: make faces counter-clockwise seen from outside
+    tri = v[f]
+    outward = (np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]) * tri.mean(1)).sum(-1) > 0
+    f = np.where(outward[:, None], f, f[:, [0, 2, 1]])
+    return _mesh(v * radius, f, v, None, dtype, device)
+
+
+def torus(major_radius: float = 1.0, minor_radius: float = 0.35, major_segments: int = 32, minor_segments: int = 16,
+          *, dtype=torch.float32, device=None) -> MeshBatch:
+    """Torus around the +Y axis with UVs (u around the ring, v around the tube; seams duplicated)."""
+    if major_segments < 3 or minor_segments < 3:
+        raise PyGpuValueError("torus: need at least 3 segments each way")
+    u = np.linspace(0.0, 1.0, major_segments + 1)
+    w = np.linspace(0.0, 1.0, minor_segments + 1)
+    U, Wt = np.meshgrid(u, w, indexing="ij")  # [maj+1, min+1]
+    a, b = U * 2 * np.pi, Wt * 2 * np.pi
+    center = np.stack([np.sin(a), np.zeros_like(a), np.cos(a)], -1) * major_radius
+    n = np.stack([np.cos(b) * np.sin(a), np.sin(b), np.cos(b) * np.cos(a)], -1)
+    v = (center + minor_radius * n).reshape(-1, 3)
+    uv = np.stack([U, Wt], -1).reshape(-1, 2)
+    cols = minor_segments + 1
+    i, j = np.meshgrid(np.arange(major_segments), np.arange(minor_segments), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    q0, q1, q2, q3 = i * cols + j, (i + 1) * cols + j, (i + 1) * cols + j + 1, i * cols + j + 1
+    f = np.concatenate([np.stack([q0, q1, q2], 1), np.stack([q0, q2, q3], 1)])
+    return _mesh(v, f, n.reshape(-1, 3), uv, dtype, device)
+
+
+# ---- OBJ -------------------------------------------------------------------------------------------
+def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> MeshBatch:
+    """Read a Wavefront OBJ: ``v``, ``vt``, ``vn`` and ``f`` (polygons are fan-triangulated;
+    negative indices allowed). Each distinct ``v/vt/vn`` corner becomes one vertex. ``usemtl``
+    names become material ids in order of first use. Other statements are ignored."""
+    where = "load_obj"
+    pos, tex, nrm = [], [], []
+    corners: dict[tuple, int] = {}
+    corner_list: list[tuple] = []
+    faces: list[tuple[int, int, int]] = []
+    mats: list[int] = []
+    mat_names: dict[str, int] = {}
+    current = 0
+
+    def resolve(i: str, n: int, what: str, line_no: int) -> int:
+        k = int(i)
+        k = k - 1 if k > 0 else n + k
+        if not 0 <= k < n:
+            raise PyGpuValueError(f"{where}: {path}:{line_no}: {what} index {i} out of range (have {n})")
+        return k
+
+    with open(path, encoding="utf-8") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            parts = raw.split("#", 1)[0].split()
+            if not parts:
+                continue
+            tag, args = parts[0], parts[1:]
+            try:
+                if tag == "v":
+                    pos.append([float(x) for x in args[:3]])
+                elif tag == "vt":
+                    tex.append([float(x) for x in (args + ["0"])[:2]])
+                elif tag == "vn":
+                    nrm.append([float(x) for x in args[:3]])
+                elif tag == "usemtl":
+                    current = mat_names.setdefault(args[0] if args else "", len(mat_names))
+                elif tag == "f":
+                    ids = []
+                    for corner in args:
+                        bits = (corner.split("/") + ["", ""])[:3]
+                        key = (resolve(bits[0], len(pos), "v", line_no),
+                               resolve(bits[1], len(tex), "vt", line_no) if bits[1] else -1,
+                               resolve(bits[2], len(nrm), "vn", line_no) if bits[2] else -1)
+                        if key not in corners:
+                            corners[key] = len(corner_list)
+                            corner_list.append(key)
+                        ids.append(corners[key])
+                    if len(ids) < 3:
+                        raise PyGpuValueError(f"{where}: {path}:{line_no}: a face needs at least 3 corners")
+                    for k in range(1, len(ids) - 1):
+                        faces.append((ids[0], ids[k], ids[k + 1]))
+                        mats.append(current)
+            except (ValueError, IndexError) as exc:
+                if isinstance(exc, PyGpuValueError):
+                    raise
+                raise PyGpuValueError(f"{where}: {path}:{line_no}: cannot parse {raw.strip()!r}") from None
+    if not corner_list:  # a point cloud: keep the positions
+        return _mesh(np.asarray(pos, float).reshape(-1, 3), np.zeros((0, 3), np.int64), None, None, dtype, device)
+    c = np.asarray(corner_list)
+    P = np.asarray(pos, float)[c[:, 0]]
+    has_uv = bool((c[:, 1] >= 0).all()) and len(tex) > 0
+    has_n = bool((c[:, 2] >= 0).all()) and len(nrm) > 0
+    uv = np.asarray(tex, float)[c[:, 1]] if has_uv else None
+    n = np.asarray(nrm, float)[c[:, 2]] if has_n else None
+    if n is not None:
+        n = n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-20)
+    mesh = _mesh(P, faces, n, uv, dtype, device)
+    if len(mat_names) > 1:
+        mesh = replace(mesh, material_ids=torch.tensor(mats, dtype=torch.int64, device=device))
+    return mesh
+
+
+def save_obj(path: str | os.PathLike, mesh: MeshBatch, *, index: int = 0) -> None:
+    """Write ``mesh`` (batch element ``index``) as OBJ with positions, normals, UVs when present, and faces."""
+    if not isinstance(mesh, MeshBatch):
+        raise PyGpuTypeError(f"save_obj: `mesh` must be a MeshBatch, got {type(mesh).__name__}")
+    pick = lambda t: None if t is None else (t[index] if t.dim() == 3 else t).detach().cpu().double().numpy()  # noqa: E731
+    P, N, UV = pick(mesh.positions), pick(mesh.normals), pick(mesh.uvs)
+    F = mesh.faces.cpu().numpy() + 1
+    lines = ["# py_gpu save_obj"]
+    lines += [f"v {x:.9g} {y:.9g} {z:.9g}" for x, y, z in P]
+    if UV is not None:
+        lines += [f"vt {u:.9g} {v:.9g}" for u, v in UV]
+    if N is not None:
+        lines += [f"vn {x:.9g} {y:.9g} {z:.9g}" for x, y, z in N]
+    if UV is not None and N is not None:
+        fmt = lambda i: f"{i}/{i}/{i}"  # noqa: E731
+    elif UV is not None:
+        fmt = lambda i: f"{i}/{i}"  # noqa: E731
+    elif N is not None:
+        fmt = lambda i: f"{i}//{i}"  # noqa: E731
+    else:
+        fmt = str
+    lines += ["f " + " ".join(fmt(i) for i in tri) for tri in F]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+# ---- trimesh -------------------------------------------------------------------------------------
+def _trimesh():
+    try:
+        import trimesh
+    except ImportError:
+        raise ImportError('trimesh interop needs the optional extra: pip install "py_gpu[mesh]"') from None
+    return trimesh
+
+
+def from_trimesh(tm, *, dtype=torch.float32, device=None) -> MeshBatch:
+    """A ``MeshBatch`` from a ``trimesh.Trimesh`` (positions, faces, vertex normals, UVs when present)."""
+    _trimesh()
+    uv = getattr(getattr(tm, "visual", None), "uv", None)
+    return _mesh(np.asarray(tm.vertices), np.asarray(tm.faces), np.asarray(tm.vertex_normals),
+                 None if uv is None else np.asarray(uv), dtype, device)
+
+
+def to_trimesh(mesh: MeshBatch, *, index: int = 0):
+    """A ``trimesh.Trimesh`` of ``mesh`` (batch element ``index``), without re-processing vertices."""
+    trimesh = _trimesh()
+    pick = lambda t: (t[index] if t.dim() == 3 else t).detach().cpu().double().numpy()  # noqa: E731
+    visual = None
+    if mesh.uvs is not None:
+        visual = trimesh.visual.TextureVisuals(uv=pick(mesh.uvs))
+    return trimesh.Trimesh(vertices=pick(mesh.positions), faces=mesh.faces.cpu().numpy(),
+                           vertex_normals=pick(mesh.normals), visual=visual, process=False)
+
