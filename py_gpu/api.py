@@ -84,13 +84,14 @@ def render(
     return _backend(backend).render_frame(batch, size, background=background, settings=s)
 
 
-def interpolate(attributes, fragments: Fragments, faces):
+def interpolate(attributes, fragments: Fragments, faces, *, kind: str | None = None):
     """Interpolate per-vertex ``[B, V, C]`` (or gather per-face ``[B, F, C]``) attributes at fragments.
 
     Returns float ``[B, H, W, K, C]``; zero where ``fragments.face_index`` is -1. Uses the
     fragments' perspective-correct barycentrics, so gradients reach both the attributes and,
-    through the barycentrics, the vertex positions.
+    through the barycentrics, the vertex positions. ``kind`` (``"vertex"`` or ``"face"``) settles
+    the case ``V == F``, where the shape alone cannot tell.
     """
     from .shading.interpolate import interpolate as _interpolate
 
-    return _interpolate(attributes, fragments, faces)
+    return _interpolate(attributes, fragments, faces, kind=kind)

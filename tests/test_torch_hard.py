@@ -109,6 +109,26 @@ def test_clip_space_parity(device):
         assert torch.equal(py_gpu.render(batch.to(device), size).to_uint8().cpu(), _reference_frame_uint8(batch, size))
 
 
+def test_near_plane_clipping_matches_the_reference_backend(device):
+    g = torch.Generator().manual_seed(3)
+    B, V, F = 2, 40, 60
+    xy = (torch.rand(B, V, 2, generator=g, dtype=torch.float64) - 0.5) * 2.4
+    w = -0.5 + 2.5 * torch.rand(B, V, 1, generator=g, dtype=torch.float64)  # some behind the camera
+    verts = torch.cat([xy * w.abs(), w - 0.1, w], -1)  # z >= 0 (in front of the near plane) => w > 0
+    faces = torch.randint(0, V, (F, 3), generator=g)
+    colors = torch.rand(B, V, 3, generator=g, dtype=torch.float64)
+    batch = TriangleBatch(verts, faces, vertex_colors=colors)
+    assert bool((w <= 0).any())
+    size = (40, 56)
+    want = py_gpu.rasterize(batch, size, backend="reference")
+    got = py_gpu.rasterize(batch.to(device), size, backend=TorchBackend())
+    assert torch.equal(got.face_index.cpu(), want.face_index)
+    assert int((want.face_index >= 0).sum()) > 0
+    if device.type != "mps":
+        image = py_gpu.render(batch.to(device), size, backend=TorchBackend()).to_uint8().cpu()
+        assert torch.equal(image, py_gpu.render(batch, size, backend="reference").to_uint8())
+
+
 def test_cull_backfaces_parity(device):
     batch = mesh_fixture("torus", 2000, 160, 120)
     size = (120, 160)

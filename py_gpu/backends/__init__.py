@@ -20,6 +20,7 @@ register_backend(
 register_backend("numpy", NumpyRasterBackend, priority=10, summary="vectorized NumPy, exact")
 
 from . import _optional  # noqa: E402,F401  (registers torch / moderngl when their modules exist)
+from .torch_backend import TorchBackend  # noqa: E402
 
 __all__ = [
     "BackendCapabilities",
@@ -28,6 +29,7 @@ __all__ = [
     "ExactBackend",
     "NumpyRasterBackend",
     "RasterBackend",
+    "TorchBackend",
     "available_backends",
     "detect_gpu_packages",
     "register_backend",

@@ -89,28 +89,57 @@ class TorchBackend(ExactBackend):
             settings = settings.with_(memory_budget=self.memory_budget)
         return batch, settings
 
+    def _hard(self, batch: TriangleBatch, size, settings: RasterSettings, *, exact: bool) -> Fragments:
+        """Hard-mode fragments; clip-space input is clipped against the near plane first (as in
+        every exact backend) and the fragments mapped back to the input faces. ``exact`` keeps
+        the compute dtype (float64) instead of the batch's."""
+        from ..raster.torch_hard import rasterize_hard, rasterize_hard_exact
+
+        raster = rasterize_hard_exact if exact else rasterize_hard
+        if not batch.is_clip_space:
+            return raster(batch, size, settings)
+        from ..raster.clip import clip_batch
+
+        clipped = clip_batch(batch)
+        return clipped.unclip(raster(clipped.batch, size, settings))
+
     def _fragments(self, batch: TriangleBatch, size, settings: RasterSettings) -> Fragments:
         batch, settings = self._prepare(batch, settings)
         if settings.mode == "soft":
             from ..raster.torch_soft import rasterize_soft
 
-            return rasterize_soft(batch, size, settings)
-        from ..raster.torch_hard import rasterize_hard
+            if not batch.is_clip_space:
+                return rasterize_soft(batch, size, settings)
+            from ..raster.clip import clip_batch
 
-        return rasterize_hard(batch, size, settings)
+            clipped = clip_batch(batch)
+            return clipped.unclip(rasterize_soft(clipped.batch, size, settings))
+        return self._hard(batch, size, settings, exact=False)
+
+    def _clipped_fragments(self, tb: TriangleBatch, size, s: RasterSettings) -> Fragments:
+        return self._fragments(tb, size, s)  # clipping happens in _hard
 
     def _frame(self, batch: TriangleBatch, size, background, settings: RasterSettings) -> Frame:
         batch, settings = self._prepare(batch, settings)
         if settings.mode == "soft":
             from ..shading.blend import render_soft
 
-            return render_soft(batch, size, background=background, settings=settings)
-        from ..raster.torch_hard import rasterize_hard_exact
+            if not batch.is_clip_space:
+                return render_soft(batch, size, background=background, settings=settings)
+            # clip against the near plane; the clipped batch carries the colors, and face ids
+            # are mapped back to the input faces
+            from ..raster.clip import clip_batch
+
+            clipped = clip_batch(batch)
+            frame = render_soft(clipped.batch, size, background=background, settings=settings)
+            face = frame.face_index
+            face = torch.where(face >= 0, clipped.face_map[face.clamp(min=0)], face)
+            return Frame(frame.image, frame.alpha, frame.depth, face, frame.extras)
         from ..shading.flat import shade_hard
 
         # shaded from float64 barycentrics, as the reference does, and kept in float64: rounding
         # the image to float32 would move colors that sit exactly on an 8-bit rounding boundary
-        return shade_hard(batch, rasterize_hard_exact(batch, size, settings), background)
+        return shade_hard(batch, self._hard(batch, size, settings, exact=True), background)
 
     # -- tensor API (no move back to the batch's device, no detach) ------------------------------
     def rasterize(self, batch, size, *, settings: RasterSettings | None = None) -> Fragments:
