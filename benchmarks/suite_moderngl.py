@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from benchmarks.common import Report, fmt_ms, fmt_ratio, time_call
+from common import Report, fmt_ms, fmt_ratio, time_call
 
 _VS = """
 #version 330
@@ -163,7 +163,7 @@ def run(report: Report, quick: bool) -> None:
         ctx.release()
 
 
-if __name__ == "__main__":  # python -m benchmarks.suite_moderngl
+if __name__ == "__main__":  # python benchmarks/suite_moderngl.py
     _report = Report()
     run(_report, quick=False)
     for _t in _report.tables:
