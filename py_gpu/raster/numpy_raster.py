@@ -69,6 +69,8 @@ def row_spans(rows: np.ndarray, ax, ay, dx, dy, owned, width: int):
 
 #: Width of the depth blocks used for early rejection of whole span segments.
 _BLOCK = 16
+#: A chunk doubles the next chunk's size when it drew less than 1/this of its estimated fragments.
+_GROW_WHEN_DRAWN_BELOW = 4
 
 
 class _Resolver:
@@ -182,7 +184,10 @@ def _raster_element(verts, ws, faces, height, width, res: _Resolver, max_frags: 
     est = nrows * (col1 - col0 + 1)[live] // 2 + 1  # about half the box is covered
     starts = np.concatenate(([0], np.cumsum(nrows)))
     est_starts = np.concatenate(([0], np.cumsum(est)))
+    # Chunks start small (early rejection needs a filled depth buffer) and grow while most of
+    # what they would draw turns out hidden, which keeps the number of chunks low.
     chunk_frags = min(max_frags, max(4096, min(height * width // 8, 1 << 18)))
+    chunk_cap = min(max_frags, max(chunk_frags, 1 << 19))
     f_lo, n_live = 0, live.size
     while f_lo < n_live:
         # faces [f_lo, f_hi): by rows (span budget) and estimated fragments (early-z granularity)
@@ -197,8 +202,10 @@ def _raster_element(verts, ws, faces, height, width, res: _Resolver, max_frags: 
             f_lo += 1
             continue
         sel = live[f_lo:f_hi]
-        _chunk(sel, row0[sel], nrows[f_lo:f_hi], ax, ay, dx, dy, owned, col0, col1, consts, zmin, ws, faces,
-               width, res, max_frags)
+        drawn = _chunk(sel, row0[sel], nrows[f_lo:f_hi], ax, ay, dx, dy, owned, col0, col1, consts, zmin, ws,
+                       faces, width, res, max_frags)
+        if drawn * _GROW_WHEN_DRAWN_BELOW < int(est_starts[f_hi] - est_starts[f_lo]):
+            chunk_frags = min(chunk_cap, chunk_frags * 2)
         f_lo = f_hi
 
 
@@ -261,6 +268,7 @@ def _chunk(sel, first_row, counts, ax, ay, dx, dy, owned, col0, col1, consts, zm
     ends = np.cumsum(lengths)
     n = int(ends[-1]) if ends.size else 0
     begin = 0
+    drawn = 0
     while begin < n:  # fragments in pieces of at most max_frags (segments are never split)
         i0 = int(np.searchsorted(ends, begin, side="right"))
         i1 = max(i0 + 1, int(np.searchsorted(ends, begin + max_frags, side="right")))
@@ -275,7 +283,9 @@ def _chunk(sel, first_row, counts, ax, ay, dx, dy, owned, col0, col1, consts, zm
             pix, face, row, col = pix[alive], face[alive], row[alive], col[alive]
         if pix.size:
             _fragments(pix, face, row, col, consts, ws, faces, res)
+        drawn += pix.size
         begin = int(ends[i1 - 1])
+    return drawn
 
 
 def _fragments(pix, face, row, col, consts, ws, faces, res: _Resolver) -> None:
