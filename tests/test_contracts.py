@@ -151,3 +151,18 @@ def test_frame_and_fragments_properties():
     assert isinstance(frags, Fragments)
     assert frags.size == (4, 6) and frags.faces_per_pixel == 1
     assert frags.mask.dtype == torch.bool
+
+
+def test_one_source_of_defaults():
+    """Entry points never carry their own default for a RasterSettings field: they pass None
+    through, so RasterSettings is the single source of defaults."""
+    import dataclasses
+    import inspect
+
+    fields = {f.name for f in dataclasses.fields(RasterSettings)}
+    for fn in (py_gpu.render, py_gpu.rasterize):
+        params = inspect.signature(fn).parameters
+        shared = fields & set(params)
+        assert {"mode", "sigma", "faces_per_pixel"} <= shared
+        for name in shared:
+            assert params[name].default is None, f"{fn.__name__}({name}=...) has its own default"
