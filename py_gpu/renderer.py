@@ -7,7 +7,10 @@ Deferred design, so every backend's output is comparable:
 2. per frame: object/instance transforms and the camera give clip-space vertices;
    :func:`py_gpu.raster.clip.clip_batch` cuts them at the near plane;
 3. any backend's ``rasterize()`` gives ``Fragments`` (hard: exact; soft: torch only), which
-   :func:`~py_gpu.raster.clip.unclip_fragments` maps back onto the mesh's own faces;
+   :func:`~py_gpu.raster.clip.unclip_fragments` maps back onto the mesh's own faces. A backend
+   with persistent geometry (``upload_geometry`` / ``rasterize_geometry``, e.g. ModernGL) instead
+   keeps each handle's positions in its own buffers from upload on and gets only the matrices per
+   frame; it clips at the near plane itself and returns fragments on the mesh's own faces;
 4. one torch shading stage interpolates positions, normals, UVs and colors, samples textures,
    lights (Lambert / Blinn-Phong), applies gamma, and composites (hard) or soft-blends (soft).
 
@@ -54,7 +57,9 @@ class RenderStats:
 
     Attributes:
         conversions: meshes validated / filled with defaults / converted to device tensors.
-        uploads: geometry buffers placed on the device (one per upload or merged scene).
+        uploads: geometry buffers placed on the device (one per upload or merged scene; with a
+            persistent-geometry backend this includes its buffers, made at the same time, plus a
+            new upload when a handle's positions or faces were modified in place).
         releases: handles released.
         frames: ``render`` calls.
     """
@@ -85,6 +90,8 @@ class MeshHandle:
     object_ids: torch.Tensor
     has_uvs: bool
     _instanced: dict = field(default_factory=dict)
+    _gpu: object = None  # the backend's persistent copy of positions/faces (e.g. a GLMesh), or None
+    _gpu_version: tuple = ()  # (positions._version, faces._version) when _gpu was made
     released: bool = False
 
     @property
@@ -100,9 +107,16 @@ class MeshHandle:
         if self.released:
             return
         self.released = True
+        self._drop_gpu()
         for name in ("positions", "normals", "uvs", "colors", "faces", "material_ids", "object_ids"):
             setattr(self, name, None)
         self._instanced.clear()
+
+    def _drop_gpu(self) -> None:
+        if self._gpu is not None:
+            self._gpu.release()
+            self._gpu = None
+            self._gpu_version = ()
 
 
 class _TorchRaster:
@@ -202,7 +216,31 @@ class Renderer:
         h = MeshHandle(next(_ids), m.positions.detach() if not m.positions.requires_grad else m.positions, m.normals, uvs,
                        m.colors, m.faces, mats, object_ids, has_uvs)
         self._handles[h.id] = h
+        if self._persistent_backend() and h.positions.dim() == 2:
+            self._upload_gpu(h)
         return h
+
+    def _persistent_backend(self) -> bool:
+        """Whether the backend keeps geometry itself (``upload_geometry`` / ``rasterize_geometry``)."""
+        return hasattr(self.backend, "upload_geometry") and hasattr(self.backend, "rasterize_geometry")
+
+    def _upload_gpu(self, h: MeshHandle) -> None:
+        h._drop_gpu()
+        h._gpu = self.backend.upload_geometry(h.positions, h.faces)
+        h._gpu_version = (h.positions._version, h.faces._version)
+
+    def _gpu_mesh(self, h: MeshHandle, settings: RasterSettings):
+        """The backend's persistent copy of ``h`` for this frame, or None to take the general path.
+
+        Taken for hard mode with shared (unbatched) positions. Positions or faces modified in place
+        since the upload are sent again (counted in ``stats.uploads``)."""
+        if settings.mode != "hard" or not self._persistent_backend() or h.positions.dim() != 2:
+            return None
+        if h._gpu is None or h._gpu_version != (h.positions._version, h.faces._version):
+            if h._gpu is not None:
+                self.stats.uploads += 1  # modified in place: sent again
+            self._upload_gpu(h)
+        return h._gpu
 
     def release(self, handle: MeshHandle) -> None:
         """Release ``handle`` (and any merged scene built from it); safe to call twice."""
@@ -324,16 +362,28 @@ class Renderer:
             m = self._matrices(where, "transforms", transforms, batched_dim=3)  # [B|1, 4, 4]
             pos = pos @ m[:, :3, :3].transpose(-1, -2) + m[:, None, :3, 3]
             nrm = nrm @ torch.linalg.inv(m[:, :3, :3])
-        clip = cam.world_to_clip(pos)  # [B, V, 4]
-        if clip.shape[0] != B:
-            clip = clip.expand(B, -1, -1)
         if pos.shape[0] != B:
             pos, nrm = pos.expand(B, -1, -1), nrm.expand(B, -1, -1)
 
-        # -- clip, rasterize, map back --
-        res = clip_batch(TriangleBatch(clip, faces))
-        frags = self.backend.rasterize(res.batch, self.size, settings=settings)
-        frags = res.unclip(_to(frags, self.device, self.dtype))
+        gpu = self._gpu_mesh(h, settings)
+        if gpu is not None:
+            # -- persistent geometry: only matrices go to the backend; it clips at the near plane --
+            clip_from_world = cam.matrix  # [B, 4, 4]
+            if transforms is not None:
+                clip_from_world = clip_from_world @ self._matrices(where, "transforms", transforms, batched_dim=3)
+            inst_m = None if instances is None else self._matrices(where, "instances", instances, batched_dim=4)
+            frags = self.backend.rasterize_geometry(gpu, clip_from_world.detach().expand(B, 4, 4), self.size,
+                                                    instances=None if inst_m is None else inst_m.detach(),
+                                                    settings=settings)
+            frags = _to(frags, self.device, self.dtype)
+        else:
+            # -- clip, rasterize, map back --
+            clip = cam.world_to_clip(pos)  # [B, V, 4]
+            if clip.shape[0] != B:
+                clip = clip.expand(B, -1, -1)
+            res = clip_batch(TriangleBatch(clip, faces))
+            frags = self.backend.rasterize(res.batch, self.size, settings=settings)
+            frags = res.unclip(_to(frags, self.device, self.dtype))
         face = frags.face_index  # [B, H, W, K]
         mask = face >= 0
         safe = face.clamp(min=0)

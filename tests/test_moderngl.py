@@ -415,3 +415,158 @@ def test_no_leaks_over_200_frames(gl_available, monkeypatch):
     backend.release()  # twice is safe
     with pytest.raises(BackendUnavailableError):
         backend.render_frame(batch, (4, 4))
+
+
+# -- persistent geometry (upload_geometry / rasterize_geometry) ---------------------------------------
+
+
+def _world_triangles(n=40, seed=1):
+    """``n`` random world-space triangles around the origin, float64 positions [3n, 3], faces [n, 3]."""
+    g = torch.Generator().manual_seed(seed)
+    pos = (torch.rand(3 * n, 3, generator=g, dtype=torch.float64) * 2 - 1) * 2.0
+    return pos, torch.arange(3 * n).reshape(n, 3)
+
+
+def _near_cameras():
+    from py_gpu.camera import Camera
+
+    eyes = torch.tensor([[0.0, 0.0, 0.3], [0.2, 0.1, -0.2]], dtype=torch.float64)
+    ats = torch.tensor([[0.0, 0.0, -1.0], [0.3, 0.0, -2.0]], dtype=torch.float64)
+    return Camera.perspective(eyes, ats, fov_y=70.0, near=0.3, far=3.0)
+
+
+@pytest.mark.parametrize("cull", [False, True])
+def test_geometry_near_plane_matches_cpu_clipping(gl, ref, cull):
+    """GL clips at py_gpu's near plane: same faces, barycentrics of the original corners, depth z/w."""
+    from py_gpu.raster.clip import clip_batch
+
+    pos, faces = _world_triangles()
+    cams = _near_cameras()
+    clip = TriangleBatch(cams.world_to_clip(pos), faces)
+    assert clip_batch(clip).num_clipped > 10  # many triangles cross the near plane
+    s = RasterSettings(cull_backfaces=cull)
+    mesh = gl.upload_geometry(pos, faces)
+    got = gl.rasterize_geometry(mesh, cams.matrix, (48, 48), settings=s)
+    want = ref.rasterize(clip, (48, 48), settings=s)
+    mismatches = int((got.face_index != want.face_index).sum())
+    print(f"persistent geometry (cull={cull}): {mismatches} of {want.face_index.numel()} pixels differ in face index")
+    assert mismatches <= 2
+    same = (want.face_index >= 0) & (got.face_index == want.face_index)
+    assert int(same.sum()) > 1000
+    torch.testing.assert_close(got.bary.double()[same], want.bary[same], rtol=0, atol=1e-4)
+    torch.testing.assert_close(got.depth.double()[same], want.depth[same], rtol=0, atol=1e-5)
+    assert got.face_index.shape == (2, 48, 48, 1) and got.bary.dtype == torch.float32
+    mesh.release()
+    assert gl.ctx.error == "GL_NO_ERROR"
+
+
+def test_geometry_beyond_the_far_plane_is_kept(gl, ref):
+    """Nothing in front of the near plane is cut, even at z/w > 2 (GL's far plane is moved away)."""
+    from py_gpu.camera import Camera
+
+    pos, faces = _world_triangles(seed=2)
+    cam = Camera.orthographic((0.0, 0.0, 0.5), (0.0, 0.0, -1.0), half_height=2.0, near=0.1, far=1.0).to(dtype=torch.float64)
+    mesh = gl.upload_geometry(pos, faces)
+    got = gl.rasterize_geometry(mesh, cam.matrix, (32, 32))
+    want = ref.rasterize(TriangleBatch(cam.world_to_clip(pos), faces), (32, 32))
+    covered = want.face_index >= 0
+    assert float(want.depth[covered].max()) > 2.0
+    assert torch.equal(got.face_index, want.face_index)
+    torch.testing.assert_close(got.depth.double()[covered], want.depth[covered], rtol=0, atol=1e-3)
+    mesh.release()
+
+
+def test_geometry_instances_are_instance_major(gl, ref):
+    pos, faces = _world_triangles(n=6, seed=4)
+    pos = pos * 0.3
+    cam = _near_cameras()
+    cam = type(cam)(cam.view[:1], cam.projection)
+    inst = torch.eye(4, dtype=torch.float64).repeat(2, 3, 1, 1)  # [B=2, N=3, 4, 4]
+    inst[0, :, 0, 3] = torch.tensor([-0.6, 0.0, 0.6], dtype=torch.float64)
+    inst[0, :, 2, 3] = -1.5
+    inst[1, :, 1, 3] = torch.tensor([-0.5, 0.0, 0.5], dtype=torch.float64)
+    inst[1, :, 2, 3] = -1.2
+    mesh = gl.upload_geometry(pos, faces)
+    before = gl.counters.instance_uploads
+    got = gl.rasterize_geometry(mesh, cam.matrix, (32, 32), instances=inst)
+    assert gl.counters.instance_uploads == before + 2  # one write per batch element, no vertex data
+    F = faces.shape[0]
+    for b in range(2):
+        world = (pos[None] @ inst[b, :, :3, :3].transpose(-1, -2) + inst[b, :, None, :3, 3]).reshape(-1, 3)
+        all_faces = (faces[None] + 3 * F * torch.arange(3)[:, None, None]).reshape(-1, 3)
+        want = ref.rasterize(TriangleBatch(cam.world_to_clip(world), all_faces), (32, 32))
+        assert torch.equal(got.face_index[b : b + 1], want.face_index)
+        assert len(set(want.face_index[want.face_index >= 0].div(F, rounding_mode="floor").tolist())) == 3
+    mesh.release()
+
+
+def test_geometry_errors(gl):
+    from py_gpu._check import PyGpuTypeError, PyGpuValueError
+
+    pos, faces = _world_triangles(n=2)
+    with pytest.raises(PyGpuValueError, match="positions"):
+        gl.upload_geometry(pos[:, :2], faces)
+    with pytest.raises(PyGpuValueError, match="faces"):
+        gl.upload_geometry(pos, faces + 100)
+    with pytest.raises(PyGpuTypeError, match="positions"):
+        gl.upload_geometry(pos.long(), faces)
+    mesh = gl.upload_geometry(pos, faces)
+    with pytest.raises(PyGpuValueError, match="clip_from_world"):
+        gl.rasterize_geometry(mesh, torch.eye(3), (8, 8))
+    with pytest.raises(PyGpuValueError, match="instances"):
+        gl.rasterize_geometry(mesh, torch.eye(4).repeat(2, 1, 1), (8, 8), instances=torch.eye(4).repeat(3, 1, 1, 1))
+    with pytest.raises(PyGpuValueError, match="instances"):
+        gl.rasterize_geometry(mesh, torch.eye(4), (8, 8), instances=torch.eye(4)[:3])
+    with pytest.raises(PyGpuTypeError, match="GLMesh"):
+        gl.rasterize_geometry(pos, torch.eye(4), (8, 8))
+    mesh.release()
+    with pytest.raises(PyGpuValueError, match="released"):
+        gl.rasterize_geometry(mesh, torch.eye(4), (8, 8))
+    empty = gl.upload_geometry(torch.zeros(0, 3), torch.zeros(0, 3, dtype=torch.int64))
+    frags = gl.rasterize_geometry(empty, torch.eye(4), (4, 5))
+    assert bool((frags.face_index == -1).all()) and bool(torch.isinf(frags.depth).all())
+    empty.release()
+
+
+def test_geometry_release_frees_gl_objects(gl_available, monkeypatch):
+    moderngl = pytest.importorskip("moderngl")
+    from py_gpu.backends.moderngl import ModernGLBackend
+
+    created = []
+    for name in ("buffer", "vertex_array"):
+        original = getattr(moderngl.Context, name)
+
+        def wrapper(self, *args, __original=original, **kwargs):
+            obj = __original(self, *args, **kwargs)
+            created.append(obj)
+            return obj
+
+        monkeypatch.setattr(moderngl.Context, name, wrapper)
+
+    def live():
+        return [o for o in created if not isinstance(o.mglo, moderngl.InvalidObject)]
+
+    backend = ModernGLBackend()
+    pos, faces = _world_triangles(n=8)
+    cams = _near_cameras()
+    a = backend.upload_geometry(pos, faces)
+    b = backend.upload_geometry(pos * 0.5, faces)
+    backend.rasterize_geometry(a, cams.matrix, (16, 16))
+    backend.rasterize_geometry(a, cams.matrix, (16, 16), instances=torch.eye(4, dtype=torch.float64).repeat(5, 1, 1))
+    backend.rasterize_geometry(b, cams.matrix, (16, 16))
+    assert len(a.objects()) == 4 and len(b.objects()) == 2  # buffer + array (+ instance buffer and array)
+    assert len(live()) == 6
+    held = len(backend.gl_objects())  # also programs and framebuffers
+    a.release()
+    assert len(backend.gl_objects()) == held - 4
+    assert len(live()) == 2 and not set(map(id, live())) & set(map(id, a.objects()))
+    a.release()  # twice is safe
+    assert a.released and backend.counters.geometry_releases == 1
+    assert backend.ctx.error == "GL_NO_ERROR"
+    from py_gpu._check import PyGpuValueError
+
+    with pytest.raises(PyGpuValueError, match="released"):
+        backend.rasterize_geometry(a, cams.matrix, (16, 16))
+    backend.release()  # frees b as well
+    assert live() == [] and b.released
+    b.release()  # after the backend: still safe

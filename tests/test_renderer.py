@@ -97,8 +97,12 @@ def test_room_has_no_holes_and_crosses_the_near_plane(room_reference):
 
 @pytest.mark.parametrize("backend", _parity_backends())
 def test_backend_parity_on_lit_textured_room(backend, room_reference):
-    frame, _ = _render_room(backend)
+    frame, r = _render_room(backend)
     ref = room_reference
+    if backend == "moderngl":  # the persistent-geometry path: vertices never sent per frame
+        assert (r.backend.counters.vertex_uploads, r.backend.counters.geometry_uploads) == (0, 1)
+    mismatches = int((frame.face_index != ref.face_index).sum())
+    print(f"{backend}: {mismatches} of {ref.face_index.numel()} pixels differ in face index from the reference")
     same = (frame.face_index == ref.face_index).double().mean().item()
     assert same >= 0.9999, f"{backend}: face index agrees on {same:.6f} of pixels"
     diff = (frame.to_uint8().int() - ref.to_uint8().int()).abs()
@@ -165,6 +169,95 @@ def test_persistent_handle_does_no_per_frame_geometry_work():
     with pytest.raises(PyGpuValueError, match="released"):
         r.render(g, cam)
     assert torch.equal(r.render(h, cam).face_index, first.face_index)
+
+
+@pytest.fixture
+def gl_renderer(gl_available):
+    r = Renderer((32, 40), backend="moderngl")
+    yield r
+    r.backend.release()
+
+
+def test_moderngl_handle_sends_no_geometry_per_frame(gl_renderer):
+    """100 frames of one handle: no conversion, no upload, no vertex data; only matrices reach GL."""
+    r = gl_renderer
+    gl = r.backend
+    h = r.upload([cube(1.0), _move(torus(), x=2.0)])
+    assert (r.stats.conversions, r.stats.uploads, gl.counters.geometry_uploads) == (2, 1, 1)
+    cam = Camera.perspective((0.0, 1.0, 5.0), (1.0, 0.0, 0.0), aspect=40 / 32)
+    first = r.render(h, cam, lights=LIGHTS)
+    before = (r.stats.conversions, r.stats.uploads, gl.counters.geometry_uploads)
+    for _ in range(100):
+        last = r.render(h, cam, lights=LIGHTS)
+    assert (r.stats.conversions, r.stats.uploads, gl.counters.geometry_uploads) == before
+    assert gl.counters.vertex_uploads == 0 and gl.counters.instance_uploads == 0
+    assert gl.counters.draws == 101 and r.stats.frames == 101
+    assert torch.equal(first.face_index, last.face_index) and bool((first.alpha > 0).any())
+    # the same frame as the CPU-clipped path of the torch backend
+    t = Renderer((32, 40), backend="torch")
+    want = t.render(t.upload([cube(1.0), _move(torus(), x=2.0)]), cam, lights=LIGHTS)
+    mismatches = int((want.face_index != last.face_index).sum())
+    print(f"moderngl handle vs torch: {mismatches} of {want.face_index.numel()} pixels differ in face index")
+    assert mismatches <= 2
+    assert int((last.to_uint8().int() - want.to_uint8().int()).abs().max()) <= 1
+    # moving the object and the camera is still only matrices
+    spin = torch.eye(4)
+    spin[:3, :3] = axis_angle_to_matrix(torch.tensor([0.0, 0.7, 0.0]))
+    moved = r.render(h, Camera.perspective((1.0, 2.0, 4.0), aspect=40 / 32), transforms=spin)
+    assert not torch.equal(moved.face_index, last.face_index)
+    assert (r.stats.conversions, r.stats.uploads, gl.counters.geometry_uploads, gl.counters.vertex_uploads) == before + (0,)
+    # positions changed in place are noticed and sent again (counted)
+    with torch.no_grad():
+        h.positions[:, 1] += 0.5
+    up = r.render(h, cam)
+    assert r.stats.uploads == before[1] + 1 and gl.counters.geometry_uploads == before[2] + 1
+    assert not torch.equal(up.face_index, last.face_index)
+    assert gl.ctx.error == "GL_NO_ERROR"
+
+
+def test_moderngl_instancing_uploads_only_instance_transforms(gl_renderer):
+    r = gl_renderer
+    gl = r.backend
+    h = r.upload(cube(0.6))
+    inst = torch.eye(4).repeat(3, 1, 1)
+    inst[:, :3, 3] = torch.tensor([[-1.0, 0.0, 0.0], [0.0, 0.5, -0.5], [1.0, 0.0, 0.3]])
+    cam = Camera.perspective((0.3, 1.0, 4.0), aspect=40 / 32)
+    before = gl.counters.geometry_uploads
+    for _ in range(5):
+        f = r.render(h, cam, instances=inst, lights=LIGHTS, attachments=("instance_id",))
+    assert gl.counters.geometry_uploads == before and gl.counters.vertex_uploads == 0
+    assert gl.counters.instance_uploads == 5
+    t = Renderer((32, 40), backend="torch")
+    want = t.render(t.upload(cube(0.6)), cam, instances=inst, lights=LIGHTS, attachments=("instance_id",))
+    assert torch.equal(f.face_index, want.face_index)
+    assert torch.equal(f.extras["instance_id"], want.extras["instance_id"])
+    assert set(f.extras["instance_id"].unique().tolist()) == {-1, 0, 1, 2}
+    assert int((f.to_uint8().int() - want.to_uint8().int()).abs().max()) <= 1
+
+
+def test_moderngl_release_frees_gl_buffers(gl_renderer):
+    r = gl_renderer
+    gl = r.backend
+    cam = Camera.perspective((0.0, 1.0, 5.0), aspect=40 / 32)
+    a, b = r.upload(cube(1.0)), r.upload(_move(uv_sphere(6, 12, 0.5), x=1.2))
+    r.render([a, b], cam)  # merged scene: its own GL buffers
+    r.render(a, cam)
+    meshes = [a._gpu, b._gpu, r._scene([a, b])._gpu]
+    held = len(gl.gl_objects())
+    per_mesh = [len(m.objects()) for m in meshes]
+    assert all(n >= 1 for n in per_mesh)
+    r.release(a)  # frees a and the merged scene built from it
+    assert meshes[0].released and meshes[2].released and not meshes[1].released
+    assert len(gl.gl_objects()) == held - per_mesh[0] - per_mesh[2]
+    r.release(a)  # twice is safe
+    assert len(gl.gl_objects()) == held - per_mesh[0] - per_mesh[2]
+    b.release()
+    b.release()
+    assert len(gl.gl_objects()) == held - sum(per_mesh)
+    assert gl.counters.geometry_releases == 3
+    assert gl.ctx.error == "GL_NO_ERROR"
+    with pytest.raises(PyGpuValueError, match="released"):
+        r.render(b, cam)
 
 
 def test_instancing_matches_merged_copies():

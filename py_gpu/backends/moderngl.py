@@ -17,6 +17,10 @@ It draws the same ``TriangleBatch`` as the reference under the same raster rule
 - Clip-space ``[B, V, 4]`` input is clipped against py_gpu's near plane (``z = 0``) before it
   reaches GL, exactly as for every other backend, then drawn with its ``w`` so GL interpolates
   attributes perspective-correctly; depth is remapped so GL's own near and far planes never cut.
+- Persistent geometry (``upload_geometry`` / ``rasterize_geometry``, used by the Renderer): the
+  mesh stays in a GL buffer and only matrices are sent per frame. The vertex shader computes clip
+  positions in float32 (not snapped on the CPU), and GL itself clips at py_gpu's near plane
+  (``z' = a z - w`` makes GL's near plane ``z = 0``; ``a`` keeps GL's far plane out of the way).
 
 Differences from the reference: barycentrics, depth and interpolated colors are float32 values
 computed by GL (the face index is exact; values agree to float32 rounding). Color attachments hold
@@ -29,11 +33,22 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .._check import BackendUnavailableError, PyGpuValueError, check_extent, check_rgb
+from .._check import (
+    BackendUnavailableError,
+    PyGpuTypeError,
+    PyGpuValueError,
+    check_extent,
+    check_finite,
+    check_float,
+    check_rgb,
+    check_size,
+    check_tensor,
+)
 from ..buffers import FrameBuffer
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.rule import SUBPIXEL
@@ -98,6 +113,50 @@ void main() {
 """
 
 
+_GEOMETRY_VERTEX_SHADER = """
+#version 330
+in vec3 in_position;        // object-space position; faces de-indexed: corner k of face f is vertex 3f+k
+#ifdef INSTANCED
+in mat4 in_instance;        // world from object, one per instance
+flat out int v_instance;
+#endif
+uniform mat4 u_clip;        // GL clip from world: camera, guard band and depth remap folded in
+out vec3 v_bary;            // perspective-correct barycentrics of the face's three corners
+void main() {
+#ifdef INSTANCED
+    gl_Position = u_clip * (in_instance * vec4(in_position, 1.0));
+    v_instance = gl_InstanceID;
+#else
+    gl_Position = u_clip * vec4(in_position, 1.0);
+#endif
+    int corner = gl_VertexID % 3;
+    v_bary = vec3(corner == 0, corner == 1, corner == 2);
+}
+"""
+
+_GEOMETRY_FRAGMENT_SHADER = """
+#version 330
+in vec3 v_bary;
+#ifdef INSTANCED
+flat in int v_instance;
+#endif
+uniform int u_faces;         // faces per instance
+uniform float u_depth_scale; // py_gpu depth z/w = gl_FragCoord.z * u_depth_scale
+layout(location = 0) out vec4 f_color;
+layout(location = 1) out int f_face;      // face index + 1; 0 is the cleared "empty"
+layout(location = 2) out vec4 f_attr;     // (depth, b0, b1, b2)
+void main() {
+    f_color = vec4(1.0);
+#ifdef INSTANCED
+    f_face = v_instance * u_faces + gl_PrimitiveID + 1;
+#else
+    f_face = gl_PrimitiveID + 1;
+#endif
+    f_attr = vec4(gl_FragCoord.z * u_depth_scale, v_bary);
+}
+"""
+
+
 def _shader(source: str, defines: dict[str, str]) -> str:
     head, rest = source.split("\n", 2)[1], source.split("\n", 2)[2]
     lines = [head] + [f"#define {k} {v}" for k, v in defines.items()] + [rest]
@@ -141,12 +200,77 @@ class _Target:
             obj.release()
 
 
+@dataclass
+class GLCounters:
+    """How much data a ``ModernGLBackend`` has sent to GL (counts since it was created).
+
+    Attributes:
+        vertex_uploads: writes of per-frame vertex records (``rasterize``, ``render_frame``, ``render``).
+        geometry_uploads: persistent geometry buffers created (:meth:`ModernGLBackend.upload_geometry`).
+        geometry_releases: persistent geometry buffers freed.
+        instance_uploads: writes of per-instance transforms (``rasterize_geometry`` with ``instances``).
+        draws: draw calls.
+    """
+
+    vertex_uploads: int = 0
+    geometry_uploads: int = 0
+    geometry_releases: int = 0
+    instance_uploads: int = 0
+    draws: int = 0
+
+
+class GLMesh:
+    """Triangle geometry kept in a GL buffer between frames; made by :meth:`ModernGLBackend.upload_geometry`.
+
+    The buffer holds the faces de-indexed: float32 ``[3 F, 3]`` object-space positions, corner
+    ``k`` of face ``f`` at row ``3 f + k``. ``release()`` frees the GL objects; safe to call twice,
+    and after the backend itself was released.
+
+    Attributes:
+        num_faces: ``F``.
+        bounds: float64 ``[2, 3]`` numpy array, the lower and upper corners of the positions'
+            bounding box (used to keep GL's far plane from cutting anything).
+        released: whether ``release()`` was called.
+    """
+
+    def __init__(self, backend: "ModernGLBackend", vbo, num_faces: int, bounds: np.ndarray):
+        self._backend = backend
+        self._vbo = vbo
+        self._vaos: dict[bool, object] = {}
+        self._instances = None  # per-instance transforms, float32 [N, 16] column-major
+        self._instances_capacity = 0
+        self.num_faces = num_faces
+        self.bounds = bounds
+        self.released = False
+
+    def objects(self) -> list:
+        """The GL objects this mesh holds now (vertex arrays and buffers)."""
+        objs = list(self._vaos.values())
+        objs += [b for b in (self._vbo, self._instances) if b is not None]
+        return objs
+
+    def release(self) -> None:
+        """Free the GL buffers; safe to call twice."""
+        if self.released:
+            return
+        self.released = True
+        self._backend._forget_mesh(self)
+        self._vaos.clear()
+        self._vbo = self._instances = None
+        self._instances_capacity = 0
+
+
 class ModernGLBackend(ExactBackend):
     """Offscreen OpenGL rasterizer through ModernGL; agrees with the reference pixel for pixel.
 
     Persistent resources: the context, the shader programs, one set of framebuffers per image
-    size (the ``MAX_CACHED_SIZES`` most recent), and one vertex buffer that grows and is reused.
-    ``release()`` frees all of them and is safe to call twice.
+    size (the ``MAX_CACHED_SIZES`` most recent), one vertex buffer that grows and is reused, and
+    the ``GLMesh`` objects made by :meth:`upload_geometry`. ``release()`` frees all of them and is
+    safe to call twice. ``counters`` (a :class:`GLCounters`) counts the data sent to GL.
+
+    Persistent geometry: ``mesh = upload_geometry(positions, faces)`` once, then
+    ``rasterize_geometry(mesh, clip_from_world, size, instances=...)`` per frame; the camera and
+    instance transforms are applied in the vertex shader, so a frame sends only matrices to GL.
 
     Args:
         context: an existing moderngl context to draw with (not released by this backend);
@@ -181,6 +305,8 @@ class ModernGLBackend(ExactBackend):
         self._targets: OrderedDict[tuple[int, int], _Target] = OrderedDict()
         self._vbo = None
         self._vbo_capacity = 0
+        self._meshes: dict[int, GLMesh] = {}
+        self.counters = GLCounters()
         self._released = False
 
     # -- resources -------------------------------------------------------------------------------
@@ -230,6 +356,7 @@ class ModernGLBackend(ExactBackend):
             self._vbo = self.ctx.buffer(reserve=capacity, dynamic=True)
             self._vbo_capacity = capacity
         self._vbo.write(data)
+        self.counters.vertex_uploads += 1
 
     def _vao(self, color_mode: str, out: str, channels: int):
         key = (color_mode, out, channels)
@@ -252,6 +379,8 @@ class ModernGLBackend(ExactBackend):
         objs += [] if self._vbo is None else [self._vbo]
         for target in self._targets.values():
             objs += target.objects()
+        for mesh in self._meshes.values():
+            objs += mesh.objects()
         return objs
 
     def release(self) -> None:
@@ -263,6 +392,8 @@ class ModernGLBackend(ExactBackend):
             with self.ctx:
                 for obj in self.gl_objects():
                     obj.release()
+        for mesh in list(self._meshes.values()):
+            mesh.release()  # its GL objects are gone already; this marks it released
         self._programs.clear()
         self._vaos.clear()
         self._targets.clear()
@@ -278,7 +409,177 @@ class ModernGLBackend(ExactBackend):
         except Exception:
             pass
 
+    # -- persistent geometry -------------------------------------------------------------------------
+    def upload_geometry(self, positions: torch.Tensor, faces: torch.Tensor) -> GLMesh:
+        """Place a mesh in a GL buffer once, for :meth:`rasterize_geometry` to draw every frame.
+
+        Args:
+            positions: float ``[V, 3]`` object-space vertex positions (any device; stored as float32).
+            faces: int ``[F, 3]`` vertex indices.
+
+        Returns:
+            a :class:`GLMesh`; release it with ``mesh.release()`` (or by releasing this backend).
+        """
+        where = f"{type(self).__name__}.upload_geometry"
+        self._check_live(where)
+        check_tensor(where, "positions", positions)
+        check_float(where, "positions", positions)
+        check_finite(where, "positions", positions)
+        check_tensor(where, "faces", faces)
+        if positions.dim() != 2 or positions.shape[1] != 3:
+            raise PyGpuValueError(f"{where}: `positions` must have shape [V, 3], got {tuple(positions.shape)}")
+        if faces.dim() != 2 or faces.shape[1] != 3 or faces.is_floating_point() or faces.dtype == torch.bool:
+            raise PyGpuValueError(f"{where}: `faces` must be an integer tensor of shape [F, 3], got {tuple(faces.shape)} {faces.dtype}")
+        V = positions.shape[0]
+        f = faces.detach().to("cpu", torch.int64)
+        if f.numel() and (int(f.min()) < 0 or int(f.max()) >= V):
+            raise PyGpuValueError(f"{where}: `faces` index vertices 0..{V - 1}, got values in [{int(f.min())}, {int(f.max())}]")
+        p = positions.detach().to("cpu", torch.float64).numpy()  # [V, 3]
+        corners = np.ascontiguousarray(p[f.numpy().reshape(-1)], dtype=np.float32)  # [3F, 3] corner-major
+        bounds = np.stack([p.min(0), p.max(0)]) if V else np.zeros((2, 3))
+        vbo = None
+        if corners.size:
+            with self.ctx:
+                vbo = self.ctx.buffer(corners.tobytes())
+        mesh = GLMesh(self, vbo, f.shape[0], bounds)
+        self._meshes[id(mesh)] = mesh
+        self.counters.geometry_uploads += 1
+        return mesh
+
+    def _forget_mesh(self, mesh: GLMesh) -> None:
+        """Drop ``mesh`` from this backend and free its GL objects (unless the backend already did)."""
+        if self._meshes.pop(id(mesh), None) is None:
+            return
+        self.counters.geometry_releases += 1
+        if not self._released and self.ctx is not None:
+            with self.ctx:
+                for obj in mesh.objects():
+                    obj.release()
+
+    def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
+        """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""
+        if instanced and count > mesh._instances_capacity:
+            old = mesh._vaos.pop(True, None)
+            if old is not None:
+                old.release()
+            if mesh._instances is not None:
+                mesh._instances.release()
+            capacity = 1 << max(0, (count - 1).bit_length())
+            mesh._instances = self.ctx.buffer(reserve=capacity * 64, dynamic=True)
+            mesh._instances_capacity = capacity
+        vao = mesh._vaos.get(instanced)
+        if vao is None:
+            key = ("geometry", instanced)
+            prog = self._programs.get(key)
+            if prog is None:
+                defines = {"INSTANCED": "1"} if instanced else {}
+                prog = self.ctx.program(vertex_shader=_shader(_GEOMETRY_VERTEX_SHADER, defines),
+                                        fragment_shader=_shader(_GEOMETRY_FRAGMENT_SHADER, defines))
+                self._programs[key] = prog
+            layout = [(mesh._vbo, "3f", "in_position")]
+            if instanced:
+                layout.append((mesh._instances, "16f/i", "in_instance"))
+            vao = self.ctx.vertex_array(prog, layout)
+            mesh._vaos[instanced] = vao
+        return vao
+
+    def rasterize_geometry(self, mesh: GLMesh, clip_from_world: torch.Tensor, size, *, instances: torch.Tensor | None = None,
+                           settings: RasterSettings | None = None) -> Fragments:
+        """Hard-mode ``Fragments`` of an uploaded mesh; only the matrices are sent to GL.
+
+        The vertex shader computes ``clip_from_world @ instance @ p`` in float32. GL's own near
+        plane is py_gpu's ``z = 0`` (z is remapped to GL's ``z' = a z - w``), so GL clips the
+        triangles that cross it; the pieces keep their face id (``gl_PrimitiveID``) and
+        perspective-correct barycentrics of the face's own corners, as ``unclip_fragments`` gives.
+        ``a`` is chosen per frame from the mesh's bounding box so that GL's far plane never cuts
+        anything in front of the near plane. Vertex positions are computed by GL, not snapped on
+        the CPU first, so samples exactly on an edge may resolve differently from the reference.
+
+        Args:
+            mesh: a live :class:`GLMesh` of this backend.
+            clip_from_world: float ``[B, 4, 4]`` or ``[4, 4]``, py_gpu clip space (NDC z in [0, 1]);
+                ``B = 1`` broadcasts against batched ``instances``.
+            size: ``(H, W)``.
+            instances: None, or float ``[N, 4, 4]`` / ``[B, N, 4, 4]`` world-from-object transforms:
+                the mesh is drawn ``N`` times and face ids are ``n * F + f`` (instance-major).
+            settings: ``RasterSettings`` (hard mode; ``cull_backfaces`` is honored).
+
+        Returns:
+            ``Fragments`` on the CPU: ``face_index`` int64 ``[B, H, W, 1]`` (-1 where empty),
+            ``bary`` float32 ``[B, H, W, 1, 3]``, ``depth`` float32 ``[B, H, W, 1]`` (z/w, inf where empty).
+        """
+        where = f"{type(self).__name__}.rasterize_geometry"
+        self._check_live(where)
+        if not isinstance(mesh, GLMesh):
+            raise PyGpuTypeError(f"{where}: `mesh` must be a GLMesh from upload_geometry, got {type(mesh).__name__}")
+        if mesh.released or mesh._backend is not self:
+            raise PyGpuValueError(f"{where}: `mesh` was released or belongs to another backend; upload it again")
+        size = check_size(where, size)
+        s = self._settings(where, settings)
+        clip = _matrices(where, "clip_from_world", clip_from_world, 3)  # [B, 4, 4] float64
+        inst = None if instances is None else _matrices(where, "instances", instances, 4)  # [B|1, N, 4, 4]
+        if inst is not None and clip.shape[0] == 1 and inst.shape[0] > 1:
+            clip = np.broadcast_to(clip, (inst.shape[0], 4, 4))
+        B = clip.shape[0]
+        if inst is not None and inst.shape[0] not in (1, B):
+            raise PyGpuValueError(f"{where}: `instances` has batch size {inst.shape[0]}, `clip_from_world` {B}")
+        N = 1 if inst is None else inst.shape[1]
+        height, width = size
+        face = np.zeros((B, height, width), dtype=np.int64)
+        attr = np.zeros((B, height, width, 4), dtype=np.float32)
+        draw = mesh.num_faces > 0 and N > 0
+        with self.ctx:
+            target = self._target(width, height)
+            fbo = target.fbo_full
+            self._set_state(target, fbo, s)
+            vao = self._geometry_vao(mesh, inst is not None, N) if draw else None
+            depth_scales = _depth_scales(clip, inst, mesh.bounds)  # [B]
+            gl_clip = _gl_from_py_clip(target, size) @ clip  # [B, 4, 4]
+            for b in range(B):
+                fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=(0, 0, width, height))
+                if draw:
+                    a = depth_scales[b]
+                    m = gl_clip[b].copy()
+                    m[2] = a * m[2] - m[3]  # z' = a z - w: GL's near plane is z = 0
+                    prog = vao.program
+                    prog["u_clip"].write(np.ascontiguousarray(m.T, dtype=np.float32).tobytes())  # column-major
+                    prog["u_depth_scale"].value = 2.0 / a  # window z = a (z/w) / 2
+                    if inst is not None:
+                        prog["u_faces"].value = mesh.num_faces
+                        if b == 0 or inst.shape[0] > 1:
+                            cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
+                            mesh._instances.write(cols.tobytes())  # [N, 16] column-major
+                            self.counters.instance_uploads += 1
+                        vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces, instances=N)
+                    else:
+                        vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces)
+                    self.counters.draws += 1
+                face[b] = self._read(fbo, 1, 1, "i4", size)[..., 0]
+                attr[b] = self._read(fbo, 2, 4, "f4", size)
+        face -= 1
+        depth = np.where(face >= 0, attr[..., 0], np.float32(np.inf))
+        return Fragments(
+            face_index=torch.from_numpy(face)[..., None],
+            bary=torch.from_numpy(np.ascontiguousarray(attr[..., 1:]))[..., None, :],
+            depth=torch.from_numpy(depth)[..., None],
+        )
+
     # -- drawing ---------------------------------------------------------------------------------
+    def _set_state(self, target: _Target, fbo, settings: RasterSettings) -> None:
+        """Depth test (strictly less), no blending, culling as asked, the guard-band viewport."""
+        ctx, mgl = self.ctx, self._mgl
+        ctx.enable(mgl.DEPTH_TEST)
+        ctx.disable(mgl.BLEND)
+        ctx.depth_func = "<"
+        if settings.cull_backfaces:
+            ctx.enable(mgl.CULL_FACE)
+            ctx.front_face = "ccw"
+            ctx.cull_face = "back"
+        else:
+            ctx.disable(mgl.CULL_FACE)
+        fbo.use()
+        ctx.viewport = (target.x0, target.y0, target.vw, target.vh)
+
     def _vertex_data(self, batch: TriangleBatch, screen: np.ndarray, b: int, faces_flat: np.ndarray, size, channels, target):
         """float32 ``[3F, 5 + C]`` per-corner vertex records: clip position, depth, color."""
         height, width = size
@@ -331,17 +632,7 @@ class ModernGLBackend(ExactBackend):
         with ctx:  # make this backend's context current (several contexts may live in one thread)
             target = self._target(width, height)
             fbo = target.fbo_rgb8 if out == "rgb8" else target.fbo_full
-            ctx.enable(mgl.DEPTH_TEST)
-            ctx.disable(mgl.BLEND)
-            ctx.depth_func = "<"
-            if settings.cull_backfaces:
-                ctx.enable(mgl.CULL_FACE)
-                ctx.front_face = "ccw"
-                ctx.cull_face = "back"
-            else:
-                ctx.disable(mgl.CULL_FACE)
-            fbo.use()
-            ctx.viewport = (target.x0, target.y0, target.vw, target.vh)
+            self._set_state(target, fbo, settings)
             for b in range(batch.batch_size):
                 if out == "rgb8":
                     fbo.clear(*background, 1.0, depth=1.0, viewport=(0, 0, width, height))
@@ -354,6 +645,7 @@ class ModernGLBackend(ExactBackend):
                     self._upload(data)
                     vao = self._vao(color_mode, out, gl_channels)
                     vao.render(mgl.TRIANGLES, vertices=faces_flat.size)
+                    self.counters.draws += 1
                 yield b, target
 
     # -- readback ----------------------------------------------------------------------------------
@@ -440,6 +732,56 @@ class ModernGLBackend(ExactBackend):
             target.pixels[:] = pixels
             return target
         return FrameBuffer(width, height, pixels)
+
+
+def _matrices(where: str, name: str, m, dims: int) -> np.ndarray:
+    """float64 numpy ``[B, 4, 4]`` (``dims`` 3) or ``[B, N, 4, 4]`` (``dims`` 4) from a float tensor."""
+    check_tensor(where, name, m)
+    check_float(where, name, m)
+    if m.dim() == dims - 1:
+        m = m[None]
+    if m.dim() != dims or m.shape[-2:] != (4, 4) or m.shape[0] == 0:
+        want = "[B, 4, 4] or [4, 4]" if dims == 3 else "[B, N, 4, 4] or [N, 4, 4]"
+        raise PyGpuValueError(f"{where}: `{name}` must have shape {want}, got {tuple(m.shape)}")
+    check_finite(where, name, m)
+    return m.detach().to("cpu", torch.float64).numpy()
+
+
+def _gl_from_py_clip(target: _Target, size) -> np.ndarray:
+    """float64 ``[4, 4]``: py_gpu clip space -> GL clip space in the guard-band viewport (x, y only).
+
+    Image pixel ``x_px = (x/w + 1) W/2`` sits at GL NDC ``(x_px - cx) / (vw/2)``; GL's window y is
+    ``H - y_px = (y/w + 1) H/2``. Both are affine in ``x/w`` (``y/w``), so they fold into clip space.
+    """
+    height, width = size
+    g = np.eye(4)
+    g[0, 0], g[0, 3] = width / target.vw, (width - 2.0 * target.cx) / target.vw
+    g[1, 1], g[1, 3] = height / target.vh, (height - 2.0 * target.cy) / target.vh
+    return g
+
+
+def _depth_scales(clip: np.ndarray, inst: np.ndarray | None, bounds: np.ndarray) -> np.ndarray:
+    """float64 ``[B]``: the ``a`` of ``z' = a z - w`` for each batch element.
+
+    GL keeps ``z'/w <= 1``, i.e. ``z/w <= 2/a``. The largest ``z/w`` of a mesh in front of the near
+    plane is reached at a corner of its bounding box (``z/w`` is linear-fractional, so its maximum
+    over the convex box cut by ``z >= 0`` lies at a vertex of that polytope; the vertices on the
+    plane itself have ``z/w = 0``). ``a = 1`` (the whole depth buffer holds ``z/w`` in [0, 2])
+    unless some corner lies further, then ``a`` shrinks so that it stays inside with a margin.
+    """
+    lo, hi = bounds
+    corners = np.array([[x, y, z, 1.0] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])  # [8, 4]
+    if inst is None:
+        pts = np.einsum("bij,kj->bki", clip, corners)  # [B, 8, 4]
+    else:
+        world = np.einsum("bnij,kj->bnki", inst, corners)  # [B|1, N, 8, 4]
+        pts = np.einsum("bij,bnkj->bnki", clip, np.broadcast_to(world, (clip.shape[0],) + world.shape[1:]))
+        pts = pts.reshape(clip.shape[0], -1, 4)
+    z, w = pts[..., 2], pts[..., 3]
+    with np.errstate(all="ignore"):
+        zw = np.where((z >= 0) & (w > 0), z / w, 0.0)
+    zmax = zw.max(-1) if zw.shape[-1] else np.zeros(clip.shape[0])
+    return np.minimum(1.0, 2.0 * (1.0 - _DEPTH_MARGIN) / np.maximum(zmax, 1e-300))
 
 
 def _screen_vertices(batch: TriangleBatch, size) -> np.ndarray:

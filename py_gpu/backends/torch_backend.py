@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from .._check import BackendUnavailableError, PyGpuTypeError, PyGpuValueError, check_rgb, check_size
-from ..contracts import Fragments, Frame, TriangleBatch  # noqa: F401  (Frame: return type)
+from .._check import BackendUnavailableError, PyGpuTypeError, PyGpuValueError, check_extent, check_rgb, check_size
+from ..buffers import ColorLike, FrameBuffer
+from ..contracts import Fragments, Frame, TriangleBatch, quantize  # noqa: F401  (Frame: return type)
 from ..settings import RasterSettings
 from .base import BackendCapabilities, ExactBackend, as_triangle_batch
 from .registry import register_backend
@@ -159,6 +160,41 @@ class TorchBackend(ExactBackend):
         size = check_size(where, size)
         bg = check_rgb(where, "background", background, scale=1.0)
         return self._frame(tb, size, bg, self._settings(where, settings))
+
+
+    # -- seed protocol -----------------------------------------------------------------------------
+    def render(self, batch, width: int, height: int, *, background: ColorLike = (0, 0, 0),
+               target: FrameBuffer | None = None) -> FrameBuffer:
+        """py_gpu 0.0.1's call: ``(width, height)`` order, 0-255 background, returns a ``FrameBuffer``.
+
+        Flat-colored screen-space batches (per-face colors, or none) take a shortcut with the same
+        8-bit result: a flat color does not depend on the barycentrics, so only the face index of
+        each pixel is resolved, and each face's color is quantized once instead of per pixel.
+        Everything else goes through ``render_frame``.
+        """
+        where = f"{type(self).__name__}.render"
+        check_extent(where, "width", width)
+        check_extent(where, "height", height)
+        bg = check_rgb(where, "background", background, scale=255.0)
+        tb = as_triangle_batch(where, batch)
+        colors = tb.face_colors
+        flat = tb.vertex_colors is None and (colors is None or colors.shape[-1] >= 3)
+        if not flat or tb.batch_size != 1 or tb.is_clip_space or target is not None:
+            return super().render(tb, width, height, background=background, target=target)
+        from ..raster.torch_hard import compute_dtype, rasterize_face_index
+
+        tb, settings = self._prepare(tb, RasterSettings())
+        dev = tb.device
+        dtype = compute_dtype(dev)  # the dtype render_frame shades in, so the 8-bit colors agree
+        face = rasterize_face_index(tb, (height, width), settings)[0].reshape(-1)  # [H*W], -1: empty
+        if colors is None:
+            table = torch.full((tb.num_faces, 3), 255, dtype=torch.uint8, device=dev)  # white
+        else:
+            table = quantize(colors[0, :, :3].to(device=dev, dtype=dtype))  # [F, 3] uint8
+        table = torch.cat([table, quantize(torch.tensor(bg, dtype=dtype, device=dev))[None]])  # row F: background
+        face = torch.where(face < 0, tb.num_faces, face)
+        rgb = table.index_select(0, face).reshape(height, width, 3)
+        return FrameBuffer.from_numpy(rgb.cpu().numpy())
 
 
 def register() -> None:

@@ -19,9 +19,14 @@ Two stages:
      dropped) and evaluated lane-parallel; short spans (small faces) sample by sample. Depth
      and barycentrics are float64 in the rule's exact operation order; the row-constant
      half of each barycentric numerator is computed once per span.
+   - Per-face and per-span constants are stacked row-major tables (``[n, K]``), gathered with
+     one ``index_select`` each; per-sample arithmetic writes in place into one buffer, and runs
+     are evaluated in cache-sized pieces (``_PIECE_RUNS``), so large temporaries are not
+     allocated (and page-faulted) per operation.
    - The resolve is in place: ``scatter_reduce("amin")`` of depth, then of the face id among
      the fragments at the new minimum, then the winners' barycentrics are stored. Minima are
      exact, so the result does not depend on the scatter order: deterministic on every device.
+   :func:`rasterize_face_index` stops here without storing barycentrics (flat shading).
 2. **Fragments** (:func:`pixel_fragments`). Without gradients, stage 1's values are final.
    When the vertices need gradients, barycentrics and depth of each covered pixel's winner are
    evaluated again from the unsnapped positions, with autograd, in exactly the expressions of
@@ -52,6 +57,10 @@ _BYTES_PER_LANE = 240  # per sample of a piece of 8-pixel runs
 #: Estimated fragments per front-to-back chunk: small enough for early depth rejection to bite,
 #: large enough that per-call overhead stays small.
 _CHUNK_FRAGMENTS = 1 << 18
+#: Most 8-pixel runs evaluated at once, even when the budget allows more: the float64
+#: temporaries of a piece (512 KiB each) then stay in cache and are reused by the allocator
+#: instead of being freshly mapped (page faults) for every operation.
+_PIECE_RUNS = 8192
 #: Sort faces front to back when the estimated fragments exceed this many per pixel.
 _OVERDRAW_TO_SORT = 4
 #: Spans shorter than this on average are expanded sample by sample instead of in 8-pixel runs.
@@ -243,17 +252,18 @@ class _Buffers:
     multiples of 8.
     - ``depth``: float ``[B*Hp*Wp]``, +inf where empty, -inf in the padding.
     - ``winner``: int64 ``[B*Hp*Wp]``, global face id, ``_EMPTY`` where empty.
-    - ``bary``: float ``[3, B*Hp*Wp]``, the winner's affine barycentrics (0 where empty).
+    - ``bary``: float ``[3, B*Hp*Wp]``, the winner's affine barycentrics (0 where empty), or
+      ``None`` when only the face ids are wanted.
     """
 
-    def __init__(self, B: int, H: int, W: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, B: int, H: int, W: int, dtype: torch.dtype, device: torch.device, with_bary: bool = True):
         self.B, self.H, self.W = B, H, W
         self.Hp, self.Wp = -(-H // _TILE) * _TILE, -(-W // _TILE) * _TILE
         d = torch.full((B, self.Hp, self.Wp), -math.inf, dtype=dtype, device=device)
         d[:, :H, :W] = math.inf
         self.depth = d.reshape(-1)
         self.winner = torch.full((B * self.Hp * self.Wp,), _EMPTY, dtype=torch.int64, device=device)
-        self.bary = torch.zeros(3, B * self.Hp * self.Wp, dtype=dtype, device=device)
+        self.bary = torch.zeros(3, B * self.Hp * self.Wp, dtype=dtype, device=device) if with_bary else None
         self.drawn = False
 
     def summarize(self) -> None:
@@ -323,14 +333,15 @@ def _budget(settings: RasterSettings, B: int, H: int, W: int, F: int):
 
 
 @torch.no_grad()
-def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> _Buffers:
-    """Stage 1: the winning global face id ``b * F + f`` of every pixel, its depth and its affine
-    barycentrics, as filled :class:`_Buffers`."""
+def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings,
+                  with_bary: bool = True) -> _Buffers:
+    """Stage 1: the winning global face id ``b * F + f`` of every pixel, its depth and (with
+    ``with_bary``) its affine barycentrics, as filled :class:`_Buffers`."""
     scene = _Scene(batch, size)
     B, F, H, W = scene.B, scene.F, scene.height, scene.width
     dev = scene.device
     max_block, max_spans, max_runs = _budget(settings, B, H, W, F)
-    buf = _Buffers(B, H, W, scene.dtype, dev)
+    buf = _Buffers(B, H, W, scene.dtype, dev, with_bary)
     if B * F == 0:
         return buf
 
@@ -417,19 +428,20 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int 
     n_in = g.numel()
     idx = scene.corners(g)  # [3, n]
     X, Y = scene.snapped(idx)
-    consts = _bary_inputs(scene, idx, X, Y)  # 16 x [n]
+    # per-face tables are stacked row-major ([n, K]): gathering whole rows is one fast copy each
+    consts = torch.stack(_bary_inputs(scene, idx, X, Y), dim=1)  # [n, 16]
     r0, r1, c0, c1 = box
     b = scene.image_of(g)
     zmin = None
     if reject:  # faces hidden over their whole box
-        zmin = _zmin(consts, X, Y)
+        zmin = _zmin(consts.unbind(1), X, Y)
         vis = (zmin <= buf.box_max(b, r0, r1, c0, c1)).nonzero().squeeze(1)
         if vis.numel() == 0:
             return 0.0
         if vis.numel() != n_in:
             g, zmin, b, r0, r1, c0, c1 = _take((g, zmin, b, r0, r1, c0, c1), vis)
             X, Y = X.index_select(1, vis), Y.index_select(1, vis)
-            consts = _take(consts, vis)
+            consts = consts.index_select(0, vis)
     kept = g.numel() / n_in
     first = r0 + row_offset
     counts = r1 - first + 1
@@ -440,8 +452,9 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int 
     span_face = torch.repeat_interleave(torch.arange(g.numel(), device=dev), counts, output_size=n_spans)
     span_start = torch.cumsum(counts, 0) - counts
     rows = (first - span_start).index_select(0, span_face) + torch.arange(n_spans, device=dev)
-    s0, s1 = _row_spans(_take(_edges(X, Y), span_face), rows, c0.index_select(0, span_face),
-                        c1.index_select(0, span_face))
+    edges = torch.stack(_edges(X, Y), dim=1).index_select(0, span_face).unbind(1)  # 12 x [S]
+    s0, s1 = _row_spans(edges, rows, c0.index_select(0, span_face), c1.index_select(0, span_face))
+    del edges
     keep = (s1 >= s0).nonzero().squeeze(1)
     if keep.numel() == 0:
         return kept
@@ -461,7 +474,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int 
             i1 = max(i0 + 1, int(torch.searchsorted(ends, begin + piece, right=True)))
             stop = int(ends[i1 - 1])
             _fragments_sparse(buf, s0[i0:i1], lengths[i0:i1], row_id[i0:i1], stop - begin,
-                              [t[i0:i1] for t in span_tab], gid[i0:i1])
+                              span_tab[i0:i1], gid[i0:i1])
             begin = stop
         return kept
 
@@ -481,22 +494,30 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int 
         run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
 
     span_tab = _span_table(consts, span_face, rows, None)
-    span_int = [s0, s1, g.index_select(0, span_face)]  # covered columns, global face id
+    span_int = torch.stack([s0, s1, g.index_select(0, span_face)], dim=1)  # [S, 3]: covered columns, face id
     del consts
-    for i0 in range(0, run.numel(), max_runs):  # pieces that fit the memory budget
-        _fragments(buf, run[i0:i0 + max_runs], run_span[i0:i0 + max_runs], span_tab, span_int)
+    step = min(max_runs, _PIECE_RUNS)
+    for i0 in range(0, run.numel(), step):  # pieces that fit the memory budget (and the cache)
+        _fragments(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_tab, span_int)
     return kept
 
 
-def _span_table(consts, span_face, rows, zmin) -> list[torch.Tensor]:
-    """Per span ``[S]``: the row-constant parts of the rule's barycentric expressions
-    (``a_k = e_kx * (py - y_k')``), the face constants the rest needs, and optionally ``zmin``."""
-    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = _take(consts, span_face)
+def _span_table(consts: torch.Tensor, span_face, rows, zmin) -> torch.Tensor:
+    """float ``[S, 13 (+1)]`` per span: the row-constant parts of the rule's barycentric
+    expressions (``a_k = e_kx * (py - y_k')``), the face constants the rest needs
+    (``e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2``), and optionally ``zmin``. One stacked table, so
+    that fragments gather all of it with one ``index_select``."""
+    c = consts.index_select(0, span_face)  # [S, 16]
+    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = c.unbind(1)
     py = rows.to(d.dtype) + 0.5
-    table = [e0x * (py - y1), e1x * (py - y2), e2x * (py - y0), e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2]
+    tab = torch.empty(c.shape[0], 13 if zmin is None else 14, dtype=c.dtype, device=c.device)
+    torch.mul(e0x, py - y1, out=tab[:, 0])
+    torch.mul(e1x, py - y2, out=tab[:, 1])
+    torch.mul(e2x, py - y0, out=tab[:, 2])
+    tab[:, 3:13] = c[:, [1, 3, 5, 8, 10, 6, 12, 13, 14, 15]]
     if zmin is not None:
-        table.append(zmin.index_select(0, span_face))
-    return table
+        tab[:, 13] = zmin.index_select(0, span_face)
+    return tab
 
 
 def _fragments_sparse(buf: _Buffers, s0, lengths, row_id, n: int, span_tab, gid) -> None:
@@ -508,64 +529,97 @@ def _fragments_sparse(buf: _Buffers, s0, lengths, row_id, n: int, span_tab, gid)
     col = (s0 - start).index_select(0, span) + torch.arange(n, device=dev)  # [N]
     pix = (row_id * buf.Wp).index_select(0, span) + col
     old = buf.depth.index_select(0, pix)
-    if len(span_tab) > 13:  # early depth rejection per fragment (conservative)
-        alive = (old >= span_tab[13].index_select(0, span)).nonzero().squeeze(1)
+    if span_tab.shape[1] > 13:  # early depth rejection per fragment (conservative)
+        alive = (old >= span_tab[:, 13].index_select(0, span)).nonzero().squeeze(1)
         if alive.numel() == 0:
             return
         if alive.numel() != n:
             span, col, pix, old = _take((span, col, pix, old), alive)
-    a0, a1, a2, e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2 = _take(span_tab[:13], span)
-    px = col.to(d.dtype) + 0.5
-    l0 = (a0 - e0y * (px - x1)) / d
-    l1 = (a1 - e1y * (px - x2)) / d
-    l2 = (a2 - e2y * (px - x0)) / d
-    z = l0 * z0 + l1 * z1 + l2 * z2
+    tab = span_tab.index_select(0, span).unbind(1)[:13]  # 13 x [N]
+    px = col.to(span_tab.dtype) + 0.5
+    lz = _bary_depth(tab, px)  # [4, N]: l0, l1, l2, z
+    z = lz[3]
     ok = z < math.inf  # NaN and +inf never cover a sample
-    z = torch.where(ok, z, math.inf)
+    z.masked_fill_(~ok, math.inf)
     buf.depth.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
     at_min = ((z == buf.depth.index_select(0, pix)) & ok).nonzero().squeeze(1)
     if at_min.numel() == 0:
         return
-    pix, z, old, l0, l1, l2 = _take((pix, z, old, l0, l1, l2), at_min)
-    _settle(buf, pix, z, old, gid.index_select(0, span.index_select(0, at_min)), (l0, l1, l2))
+    _settle(buf, pix.index_select(0, at_min), old.index_select(0, at_min),
+            gid.index_select(0, span.index_select(0, at_min)), lz, at_min)
 
 
-def _settle(buf: _Buffers, pix, z, old, gid, bary) -> None:
-    """Second half of the resolve, for the fragments ``pix [M]`` whose depth ``z`` equals the
-    buffer's new minimum: the lowest face id wins; the winner's barycentrics are stored."""
-    lost = (z < old).nonzero().squeeze(1)
+def _settle(buf: _Buffers, pix, old, gid, lz, at_min) -> None:
+    """Second half of the resolve, for the fragments ``at_min [M]`` (of ``lz [4, N]``: ``l0, l1,
+    l2, z``) whose depth equals the buffer's new minimum, at pixels ``pix [M]`` with previous depth
+    ``old [M]``: the lowest face id ``gid [M]`` wins; the winner's barycentrics are stored."""
+    lost = (lz[3].index_select(0, at_min) < old).nonzero().squeeze(1)
     buf.winner.index_fill_(0, pix.index_select(0, lost), _EMPTY)  # the old winner lost these
     buf.winner.scatter_reduce_(0, pix, gid, reduce="amin", include_self=True)
+    if buf.bary is None:  # face ids only
+        return
     won = (buf.winner.index_select(0, pix) == gid).nonzero().squeeze(1)  # one per pixel
-    wp = pix.index_select(0, won)
-    for k, lk in enumerate(bary):
-        buf.bary[k].index_copy_(0, wp, lk.index_select(0, won))
+    wp, won = pix.index_select(0, won), at_min.index_select(0, won)
+    for k in range(3):
+        buf.bary[k].index_copy_(0, wp, lz[k].index_select(0, won))
+
+
+def _bary_depth(tab: torch.Tensor, px: torch.Tensor) -> torch.Tensor:
+    """float ``[4, *px.shape]``: ``l0, l1, l2, z`` of samples at columns ``px`` (pixel centers)
+    from the 13 span table columns ``tab`` (broadcast against ``px``).
+
+    Exactly the rule's expressions ``l0 = (a0 - e0y * (px - x1)) / d`` etc. and
+    ``z = l0 * z0 + l1 * z1 + l2 * z2`` (left to right), written with in-place operations into one
+    buffer so that no temporaries are allocated per operation."""
+    a0, a1, a2, e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2 = tab
+    out = torch.empty((4, *px.shape), dtype=px.dtype, device=px.device)
+    l0, l1, l2, z = out
+    for lk, ak, eky, xk in ((l0, a0, e0y, x1), (l1, a1, e1y, x2), (l2, a2, e2y, x0)):
+        torch.sub(px, xk, out=lk)
+        lk.mul_(eky)  # e_ky * (px - x_k'), multiplication commutes exactly
+        torch.sub(ak, lk, out=lk)
+        lk.div_(d)
+    torch.mul(l0, z0, out=z)
+    tmp = l1 * z1
+    z.add_(tmp)
+    torch.mul(l2, z2, out=tmp)
+    z.add_(tmp)
+    return out
 
 
 def _fragments(buf: _Buffers, run, run_span, span_tab, span_int) -> None:
     """Evaluate the ``[R, 8]`` samples of runs ``run [R]`` (of spans ``run_span [R]``) and
     resolve them into ``buf``. Lanes outside their span's covered columns are ignored."""
-    s0, s1, gid = _take(span_int, run_span)
-    a0, a1, a2, e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2 = (t[:, None] for t in _take(span_tab, run_span))
+    s0, s1, gid = span_int.index_select(0, run_span).unbind(1)
+    tab = span_tab.index_select(0, run_span)[:, :, None].unbind(1)  # 13 x [R, 1]
     lane = torch.arange(_TILE, device=run.device)  # [8]
     col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
     covered = (lane >= (s0 - col0)[:, None]) & (lane <= (s1 - col0)[:, None])  # [R, 8]
-    px = (col0.to(d.dtype) + 0.5)[:, None] + lane.to(d.dtype)  # exact: integers + 0.5
-    l0 = (a0 - e0y * (px - x1)) / d
-    l1 = (a1 - e1y * (px - x2)) / d
-    l2 = (a2 - e2y * (px - x0)) / d
-    z = l0 * z0 + l1 * z1 + l2 * z2
-    ok = covered & (z < math.inf)  # NaN and +inf never cover a sample
-    z = torch.where(ok, z, math.inf)
+    px = (col0.to(span_tab.dtype) + 0.5)[:, None] + lane.to(span_tab.dtype)  # exact: integers + 0.5
+    lz = _bary_depth(tab, px).view(4, -1)  # [4, R*8]: l0, l1, l2, z
+    z = lz[3]
+    ok = (covered.view(-1) & (z < math.inf))  # NaN and +inf never cover a sample
+    z.masked_fill_(~ok, math.inf)
     runs = buf.depth.view(-1, _TILE)
-    old = runs.index_select(0, run)  # [R, 8]
-    pix = (run << _TILE_BITS)[:, None] + lane  # [R, 8]
-    buf.depth.scatter_reduce_(0, pix.view(-1), z.view(-1), reduce="amin", include_self=True)
-    at_min = ((z == runs.index_select(0, run)) & ok).view(-1).nonzero().squeeze(1)
+    old = runs.index_select(0, run).view(-1)  # [R*8]
+    pix = ((run << _TILE_BITS)[:, None] + lane).view(-1)  # [R*8]
+    buf.depth.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
+    at_min = ((z == runs.index_select(0, run).view(-1)) & ok).nonzero().squeeze(1)
     if at_min.numel() == 0:
         return
-    pix, z, old, l0, l1, l2 = _take((pix.view(-1), z.view(-1), old.view(-1), l0.view(-1), l1.view(-1), l2.view(-1)), at_min)
-    _settle(buf, pix, z, old, gid.index_select(0, at_min >> _TILE_BITS), (l0, l1, l2))
+    _settle(buf, pix.index_select(0, at_min), old.index_select(0, at_min), gid.index_select(0, at_min >> _TILE_BITS),
+            lz, at_min)
+
+
+def rasterize_face_index(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> torch.Tensor:
+    """int64 ``[B, H, W]``: the face index of every pixel (-1 where empty), as in
+    :func:`rasterize_hard`, without barycentrics (for flat shading, which needs none)."""
+    buf = resolve_faces(batch, size, settings, with_bary=False)
+    winner = buf.crop(buf.winner)  # [B, H, W] global face ids
+    empty = winner == _EMPTY
+    if batch.batch_size > 1:
+        winner = winner - torch.arange(batch.batch_size, device=winner.device)[:, None, None] * batch.num_faces
+    return winner.masked_fill(empty, -1)
 
 
 # --------------------------------------------------------------------------------------------
