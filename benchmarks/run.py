@@ -51,10 +51,10 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma list of suites (core, moderngl, torch, soft, renderer)")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
     parser.add_argument("--output", default=str(HERE.parent / "docs" / "benchmarks.md"))
-    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # run one suite, print JSON
+    parser.add_argument("--child-suite", default="", help=argparse.SUPPRESS)  # run one suite, print JSON
     args = parser.parse_args(argv)
-    if args.worker:
-        return _worker(args.worker, args.quick)
+    if args.child_suite:
+        return _child(args.child_suite, args.quick)
 
     found = sorted(p.stem[len("suite_"):] for p in HERE.glob("suite_*.py"))
     names = [n for n in ORDER if n in found] + [n for n in found if n not in ORDER]
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     for name in names:
         print(f"== suite {name}", flush=True)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child-suite", name] + (["--quick"] if args.quick else [])
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         marker = proc.stdout.rfind(_MARKER)
         if proc.returncode != 0 or marker < 0:
@@ -115,7 +115,7 @@ def _device_note() -> list[str]:
             "under 10 ms) are recorded separately when measured."]
 
 
-def _worker(name: str, quick: bool) -> int:
+def _child(name: str, quick: bool) -> int:
     report = Report()
     importlib.import_module(f"suite_{name}").run(report, quick)
     tables = [{"title": t.title, "columns": t.columns, "rows": t.rows, "notes": t.notes} for t in report.tables]
