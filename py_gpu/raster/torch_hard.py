@@ -52,6 +52,7 @@ from .rule import HALF_PIXEL, SUBPIXEL
 _BYTES_PER_PIXEL = 24  # depth buffer (8) + face buffer (8) + pyramid / scratch
 _BYTES_PER_LIVE_FACE = 96  # kept for every live face: id, zmin, bbox, sort keys
 _BYTES_PER_SETUP_FACE = 640  # setup temporaries per face of a block
+_BYTES_PER_FACE_TABLES = 232  # per-face tables kept for all live faces when sorting (optional)
 _BYTES_PER_SPAN = 480  # per (face, row) span
 _BYTES_PER_LANE = 240  # per sample of a piece of 8-pixel runs
 #: Estimated fragments per front-to-back chunk: small enough for early depth rejection to bite,
@@ -277,6 +278,8 @@ class _Buffers:
             lvl = torch.nn.functional.max_pool2d(lvl[:, None], 2, 2, ceil_mode=True)[:, 0]
             levels.append(lvl)
         self.pyramid = torch.cat([level.reshape(-1) for level in levels])
+        if hasattr(self, "level_h"):  # the level layout is the same at every refresh
+            return
         sizes = [(level.shape[1], level.shape[2]) for level in levels]
         offs, o = [], 0
         for h, w in sizes:
@@ -311,8 +314,8 @@ class _Buffers:
 def _budget(settings: RasterSettings, B: int, H: int, W: int, F: int):
     """Split ``memory_budget`` into block/span/run limits, or raise saying what to change.
 
-    Returns ``(max_block, max_spans, max_runs)``: faces per setup block, (face, row) spans per
-    chunk, and 8-pixel runs per piece of fragments.
+    Returns ``(max_block, max_spans, max_runs, work)``: faces per setup block, (face, row) spans
+    per chunk, 8-pixel runs per piece of fragments, and the bytes left for work.
     """
     budget = settings.memory_budget
     fixed = B * (H + _TILE) * (W + _TILE) * _BYTES_PER_PIXEL + B * F * _BYTES_PER_LIVE_FACE
@@ -329,7 +332,7 @@ def _budget(settings: RasterSettings, B: int, H: int, W: int, F: int):
     max_runs = max(row_runs, work // (_TILE * _BYTES_PER_LANE))
     max_spans = max(1, work // _BYTES_PER_SPAN)
     max_block = max(1, work // _BYTES_PER_SETUP_FACE)
-    return max_block, max_spans, max_runs
+    return max_block, max_spans, max_runs, work
 
 
 @torch.no_grad()
@@ -340,7 +343,7 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     scene = _Scene(batch, size)
     B, F, H, W = scene.B, scene.F, scene.height, scene.width
     dev = scene.device
-    max_block, max_spans, max_runs = _budget(settings, B, H, W, F)
+    max_block, max_spans, max_runs, work = _budget(settings, B, H, W, F)
     buf = _Buffers(B, H, W, scene.dtype, dev, with_bary)
     if B * F == 0:
         return buf
@@ -367,19 +370,30 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     max_frags = max_runs * _TILE
     chunk_frags = min(max_frags, _CHUNK_FRAGMENTS)
     sort = est_total > max(chunk_frags, _OVERDRAW_TO_SORT * B * H * W)
+    tables = None  # per-face tables of all live faces, in drawing order, when they fit
     if sort:
         # High overdraw: draw front to back by a conservative nearest depth, so that faces
         # hidden behind earlier chunks are rejected cheaply. (The resolve does not depend on
-        # the order.)
-        zmin = torch.empty(g_all.numel(), dtype=scene.dtype, device=dev)
-        for start in range(0, g_all.numel(), max_block):
-            g = g_all[start:start + max_block]
-            idx = scene.corners(g)
-            X, Y = scene.snapped(idx)
-            zmin[start:start + g.numel()] = _zmin(_bary_inputs(scene, idx, X, Y), X, Y)
-            del idx, X, Y
+        # the order.) The per-face setup is done here once for all live faces when its tables
+        # fit the budget, so that each chunk takes a slice of them; else chunks redo it.
+        n_live = g_all.numel()
+        keep_tables = 2 * n_live * _BYTES_PER_FACE_TABLES <= work
+        zmin = torch.empty(n_live, dtype=scene.dtype, device=dev)
+        parts = []
+        for start in range(0, n_live, max_block):
+            t = _face_tables(scene, g_all[start:start + max_block])
+            zmin[start:start + t[2].numel()] = t[2]
+            if keep_tables:
+                parts.append(t[:2])
+            del t
         order = torch.sort(zmin.float(), stable=True).indices
         g_all, box_all, nrows, est = g_all[order], box_all[:, order], nrows[order], est[order]
+        if keep_tables:
+            consts = torch.cat([c for c, _ in parts]) if len(parts) > 1 else parts[0][0]
+            edge_tab = torch.cat([e for _, e in parts]) if len(parts) > 1 else parts[0][1]
+            del parts
+            tables = (consts.index_select(0, order), edge_tab.index_select(0, order), zmin.index_select(0, order))
+            del consts, edge_tab
         del order, zmin
     else:  # low overdraw: early rejection would not pay for itself; chunks only bound memory
         chunk_frags = max_frags
@@ -396,16 +410,17 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
         hi = min(hi, int(torch.searchsorted(est_ends, est_base + int(chunk_frags * grow), right=True)))
         hi = max(hi, lo + 1)
         g, box = g_all[lo:hi], box_all[:, lo:hi]
+        tab = _face_tables(scene, g, sort) if tables is None else [t[lo:hi] for t in tables]
         if buf.drawn:
             buf.summarize()
         if int(nrows_cpu[lo]) > max_spans:  # one face taller than the span budget: split its rows
             for r in range(0, int(nrows_cpu[lo]), max_spans):
                 count = min(max_spans, int(nrows_cpu[lo]) - r)
-                _draw(scene, buf, g, box, r, count, max_runs, False)
+                _draw(scene, buf, g, box, tab, r, count, max_runs, False)
                 buf.drawn = True
                 buf.summarize()
         else:
-            kept = _draw(scene, buf, g, box, 0, None, max_runs, sort and buf.drawn)
+            kept = _draw(scene, buf, g, box, tab, 0, None, max_runs, sort and buf.drawn)
             # when most faces of a chunk were hidden, the next chunks can be larger
             grow = min(_MAX_GROW, 1.0 / max(kept, 1.0 / _MAX_GROW))
         buf.drawn = True
@@ -413,35 +428,41 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     return buf
 
 
+def _face_tables(scene: _Scene, g: torch.Tensor, with_zmin: bool = True):
+    """Per-face setup of global faces ``g [n]``, stacked row-major so that chunks slice and spans
+    gather whole rows: float ``[n, 16]`` barycentric constants (:func:`_bary_inputs`), int64
+    ``[n, 12]`` edge values (:func:`_edges`) and float ``[n]`` conservative nearest depth
+    (:func:`_zmin`, ``None`` without ``with_zmin``)."""
+    idx = scene.corners(g)  # [3, n]
+    X, Y = scene.snapped(idx)
+    consts = _bary_inputs(scene, idx, X, Y)
+    zmin = _zmin(consts, X, Y) if with_zmin else None
+    return torch.stack(consts, dim=1), torch.stack(_edges(X, Y), dim=1), zmin
+
+
 def _take(table, index: torch.Tensor) -> list[torch.Tensor]:
     """Each of the ``[n]`` tensors of ``table`` gathered at ``index [N]``."""
     return [row.index_select(0, index) for row in table]
 
 
-def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int | None, max_runs: int,
+def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_count: int | None, max_runs: int,
           reject: bool) -> float:
-    """Rasterize global faces ``g [n]`` with pixel boxes ``box [4, n]`` into ``buf``: rows
-    ``row_offset`` .. ``+ row_count`` of each face's box, or all of them. With ``reject``, faces
-    and runs hidden behind the buffer are skipped. Returns the fraction of faces not rejected
-    by their bounding box."""
+    """Rasterize global faces ``g [n]`` with pixel boxes ``box [4, n]`` and per-face ``tables``
+    (:func:`_face_tables`) into ``buf``: rows ``row_offset`` .. ``+ row_count`` of each face's
+    box, or all of them. With ``reject``, faces and runs hidden behind the buffer are skipped.
+    Returns the fraction of faces not rejected by their bounding box."""
     dev = g.device
     n_in = g.numel()
-    idx = scene.corners(g)  # [3, n]
-    X, Y = scene.snapped(idx)
-    # per-face tables are stacked row-major ([n, K]): gathering whole rows is one fast copy each
-    consts = torch.stack(_bary_inputs(scene, idx, X, Y), dim=1)  # [n, 16]
+    consts, edge_tab, zmin = tables  # [n, 16], [n, 12], [n]
     r0, r1, c0, c1 = box
     b = scene.image_of(g)
-    zmin = None
     if reject:  # faces hidden over their whole box
-        zmin = _zmin(consts.unbind(1), X, Y)
         vis = (zmin <= buf.box_max(b, r0, r1, c0, c1)).nonzero().squeeze(1)
         if vis.numel() == 0:
             return 0.0
         if vis.numel() != n_in:
             g, zmin, b, r0, r1, c0, c1 = _take((g, zmin, b, r0, r1, c0, c1), vis)
-            X, Y = X.index_select(1, vis), Y.index_select(1, vis)
-            consts = consts.index_select(0, vis)
+            consts, edge_tab = consts.index_select(0, vis), edge_tab.index_select(0, vis)
     kept = g.numel() / n_in
     first = r0 + row_offset
     counts = r1 - first + 1
@@ -452,7 +473,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, row_offset: int, row_count: int 
     span_face = torch.repeat_interleave(torch.arange(g.numel(), device=dev), counts, output_size=n_spans)
     span_start = torch.cumsum(counts, 0) - counts
     rows = (first - span_start).index_select(0, span_face) + torch.arange(n_spans, device=dev)
-    edges = torch.stack(_edges(X, Y), dim=1).index_select(0, span_face).unbind(1)  # 12 x [S]
+    edges = edge_tab.index_select(0, span_face).unbind(1)  # 12 x [S]
     s0, s1 = _row_spans(edges, rows, c0.index_select(0, span_face), c1.index_select(0, span_face))
     del edges
     keep = (s1 >= s0).nonzero().squeeze(1)
@@ -507,17 +528,23 @@ def _span_table(consts: torch.Tensor, span_face, rows, zmin) -> torch.Tensor:
     expressions (``a_k = e_kx * (py - y_k')``), the face constants the rest needs
     (``e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2``), and optionally ``zmin``. One stacked table, so
     that fragments gather all of it with one ``index_select``."""
-    c = consts.index_select(0, span_face)  # [S, 16]
-    e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = c.unbind(1)
-    py = rows.to(d.dtype) + 0.5
+    # reorder the (few) face rows first, so that spans gather them with one plain row copy:
+    # e0x, y1, e1x, y2, e2x, y0 (for the a_k), then the 10 columns the samples need
+    face = consts.index_select(1, torch.tensor(_SPAN_COLUMNS, device=consts.device))  # [n, 16]
+    c = face.index_select(0, span_face)  # [S, 16]
+    py = rows.to(c.dtype) + 0.5
     tab = torch.empty(c.shape[0], 13 if zmin is None else 14, dtype=c.dtype, device=c.device)
-    torch.mul(e0x, py - y1, out=tab[:, 0])
-    torch.mul(e1x, py - y2, out=tab[:, 1])
-    torch.mul(e2x, py - y0, out=tab[:, 2])
-    tab[:, 3:13] = c[:, [1, 3, 5, 8, 10, 6, 12, 13, 14, 15]]
+    for k in range(3):  # a_k = e_kx * (py - y_k')
+        torch.mul(c[:, 2 * k], py - c[:, 2 * k + 1], out=tab[:, k])
+    tab[:, 3:13] = c[:, 6:]
     if zmin is not None:
         tab[:, 13] = zmin.index_select(0, span_face)
     return tab
+
+
+#: columns of :func:`_bary_inputs` read by :func:`_span_table`: ``e0x, y1, e1x, y2, e2x, y0``, then
+#: ``e0y, e1y, e2y, x1, x2, x0, d, z0, z1, z2``
+_SPAN_COLUMNS = (0, 9, 2, 11, 4, 7, 1, 3, 5, 8, 10, 6, 12, 13, 14, 15)
 
 
 def _fragments_sparse(buf: _Buffers, s0, lengths, row_id, n: int, span_tab, gid) -> None:
@@ -587,6 +614,21 @@ def _bary_depth(tab: torch.Tensor, px: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_COVERAGE: dict = {}
+
+
+def _coverage_table(device: torch.device) -> torch.Tensor:
+    """bool ``[10 * 10, 8]``: row ``(first + 1) * 10 + (last + 1)`` marks the lanes
+    ``first <= lane <= last`` of a run, for ``first, last`` in ``-1 .. 8``."""
+    table = _COVERAGE.get(device)
+    if table is None:
+        ends = torch.arange(-1, _TILE + 1, device=device)  # [10]
+        lane = torch.arange(_TILE, device=device)
+        table = (lane >= ends[:, None, None]) & (lane <= ends[None, :, None])  # [10, 10, 8]
+        table = _COVERAGE[device] = table.reshape(-1, _TILE)
+    return table
+
+
 def _fragments(buf: _Buffers, run, run_span, span_tab, span_int) -> None:
     """Evaluate the ``[R, 8]`` samples of runs ``run [R]`` (of spans ``run_span [R]``) and
     resolve them into ``buf``. Lanes outside their span's covered columns are ignored."""
@@ -594,7 +636,9 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int) -> None:
     tab = span_tab.index_select(0, run_span)[:, :, None].unbind(1)  # 13 x [R, 1]
     lane = torch.arange(_TILE, device=run.device)  # [8]
     col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
-    covered = (lane >= (s0 - col0)[:, None]) & (lane <= (s1 - col0)[:, None])  # [R, 8]
+    # covered lanes: first..last (clamped to -1..8), one row of the coverage table per run
+    first, last = (s0 - col0).clamp_(-1, _TILE), (s1 - col0).clamp_(-1, _TILE)
+    covered = _coverage_table(run.device).index_select(0, (first + 1) * (_TILE + 2) + (last + 1))  # [R, 8]
     px = (col0.to(span_tab.dtype) + 0.5)[:, None] + lane.to(span_tab.dtype)  # exact: integers + 0.5
     lz = _bary_depth(tab, px).view(4, -1)  # [4, R*8]: l0, l1, l2, z
     z = lz[3]
