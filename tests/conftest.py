@@ -27,6 +27,19 @@ settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "d
 TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-9)}
 
 
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    """Every test starts from the same global random state (tests also seed their own generators)."""
+    import random
+
+    import numpy as np
+
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
+
+
 def _devices() -> list[str]:
     env = os.environ.get("PY_GPU_TEST_DEVICES")
     if env:
