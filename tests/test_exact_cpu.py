@@ -61,8 +61,12 @@ def test_property_clip_space_matches_reference(case):
 
 @given(small_batches(max_faces=5))
 def test_property_tiny_memory_budget_is_identical(case):
+    from py_gpu.raster import numpy_raster as nr
+
     batch, size = case
-    assert_same_fragments(rasterize_numpy(batch, size), rasterize_numpy(batch, size, memory_budget=4096))
+    fixed = size[0] * size[1] * (nr._BYTES_PER_PIXEL_OUT + nr._BYTES_PER_PIXEL_RESOLVE)
+    tiny = fixed + max(size[1] * nr._BYTES_PER_FRAGMENT, size[0] * nr._BYTES_PER_SPAN)  # one row of work
+    assert_same_fragments(rasterize_numpy(batch, size), rasterize_numpy(batch, size, memory_budget=tiny))
 
 
 @pytest.mark.parametrize("n,seed", [(4, 0), (16, 1), (33, 2)])
@@ -162,3 +166,14 @@ def test_empty_batch_renders_background():
         assert frame.image.shape == (1, 5, 7, 3)
         assert int((frame.face_index >= 0).sum()) == 0
         assert torch.allclose(frame.image[0, 0, 0], torch.tensor([0.2, 0.4, 0.6], dtype=frame.image.dtype))
+
+
+def test_requests_that_cannot_fit_say_what_to_change():
+    batch = seed_fixture(10, 64, 48).to_triangle_batch()
+    with pytest.raises(py_gpu.MemoryBudgetError, match="raise memory_budget"):
+        rasterize_numpy(batch, (2048, 2048), memory_budget=64 * 2**20)
+    with pytest.raises(py_gpu.MemoryBudgetError, match="numpy or torch backend"):
+        rasterize_reference(batch, (8192, 8192))
+    # the same request with room to spare renders
+    small = rasterize_numpy(batch, (48, 64), memory_budget=2**20)
+    assert torch.equal(small.face_index, rasterize_reference(batch, (48, 64)).face_index)

@@ -24,7 +24,10 @@ from ..contracts import Fragments, TriangleBatch
 from ..settings import DEFAULT_MEMORY_BUDGET
 from .rule import HALF_PIXEL, SUBPIXEL
 
-# Bytes of temporaries per fragment and per (face, row) span, used to size chunks.
+# Bytes of temporaries per fragment and per (face, row) span, used to size chunks, and of the
+# per-pixel buffers: results (face int64, 3 barycentrics and depth float64) and resolve state.
+_BYTES_PER_PIXEL_OUT = 40
+_BYTES_PER_PIXEL_RESOLVE = 81
 _BYTES_PER_FRAGMENT = 160
 _BYTES_PER_SPAN = 200
 
@@ -138,6 +141,16 @@ def rasterize_numpy(
     screen = batch.screen_vertices(size).detach().to("cpu", torch.float64).numpy()  # [B, V, 3]
     w_all = batch.vertices[..., 3].detach().to("cpu", torch.float64).numpy() if batch.is_clip_space else None
     faces = batch.faces.cpu().numpy()
+    # the per-pixel buffers (results of every batch element, plus one element's resolve state)
+    # are fixed; chunks of spans and fragments share what is left
+    fixed = height * width * (_BYTES_PER_PIXEL_OUT * batch.batch_size + _BYTES_PER_PIXEL_RESOLVE)
+    if fixed >= memory_budget:
+        raise MemoryBudgetError(
+            f"rasterize_numpy: memory_budget={memory_budget} bytes cannot hold the per-pixel buffers of "
+            f"{batch.batch_size} image(s) of {width}x{height} ({fixed} bytes); raise memory_budget above "
+            f"{2 * fixed}, render fewer images per call, or render the image in tiles"
+        )
+    memory_budget -= fixed
     max_frags = max(1, memory_budget // _BYTES_PER_FRAGMENT)
     max_spans = max(1, memory_budget // _BYTES_PER_SPAN)
     if width > max_frags or height > max_spans:

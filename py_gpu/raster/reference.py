@@ -11,8 +11,13 @@ import math
 
 import torch
 
+from .._check import MemoryBudgetError
 from ..contracts import Fragments, TriangleBatch
 from .rule import HALF_PIXEL, SUBPIXEL, barycentrics, edge_function, owns_edge, snap
+
+
+#: Largest number of pixels (all batch elements together) the reference rasterizes in one call.
+MAX_REFERENCE_PIXELS = 4096 * 4096
 
 
 def rasterize_reference(batch: TriangleBatch, size: tuple[int, int], *, cull_backfaces: bool = False) -> Fragments:
@@ -22,6 +27,12 @@ def rasterize_reference(batch: TriangleBatch, size: tuple[int, int], *, cull_bac
     down, i.e. clockwise in OpenGL's y-up NDC) are skipped.
     """
     height, width = size
+    if height * width * batch.batch_size > MAX_REFERENCE_PIXELS:
+        raise MemoryBudgetError(
+            f"rasterize_reference: {batch.batch_size} x {width}x{height} pixels is more than the pure-Python "
+            f"reference handles ({MAX_REFERENCE_PIXELS} pixels, about 200 bytes each as Python objects); "
+            "use the numpy or torch backend, or a smaller image"
+        )
     screen = batch.screen_vertices(size).detach().to("cpu", torch.float64).tolist()  # [B][V][3]
     w_all = batch.vertices[..., 3].detach().to("cpu", torch.float64).tolist() if batch.is_clip_space else None
     faces = batch.faces.cpu().tolist()
