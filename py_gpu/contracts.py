@@ -157,10 +157,16 @@ class TriangleBatch:
     def colors(self) -> torch.Tensor | None:
         return self.vertex_colors if self.vertex_colors is not None else self.face_colors
 
-    def to(self, device) -> "TriangleBatch":
-        """The same batch on another device."""
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return TriangleBatch(move(self.vertices), move(self.faces), move(self.vertex_colors), move(self.face_colors))
+    def to(self, device=None, dtype: torch.dtype | None = None) -> "TriangleBatch":
+        """The same batch on another device and/or float dtype (faces stay int64)."""
+
+        def move(t, floating=True):
+            if t is None:
+                return None
+            return t.to(device=device, dtype=dtype if floating else None)
+
+        return TriangleBatch(move(self.vertices), move(self.faces, floating=False), move(self.vertex_colors),
+                             move(self.face_colors))
 
     def screen_vertices(self, size: tuple[int, int]) -> torch.Tensor:
         """float ``[B, V, 3]`` screen-space ``(x_px, y_px, depth)`` for an image of ``size = (H, W)``.

@@ -166,3 +166,11 @@ def test_one_source_of_defaults():
         assert {"mode", "sigma", "faces_per_pixel"} <= shared
         for name in shared:
             assert params[name].default is None, f"{fn.__name__}({name}=...) has its own default"
+
+
+def test_batch_to_changes_device_and_dtype():
+    b = TriangleBatch(TRI.double(), FACES, face_colors=torch.ones(1, 1, 3, dtype=torch.float64))
+    c = b.to("cpu", dtype=torch.float32)
+    assert c.vertices.dtype == torch.float32 and c.face_colors.dtype == torch.float32
+    assert c.faces.dtype == torch.int64
+    assert torch.equal(c.vertices, TRI)

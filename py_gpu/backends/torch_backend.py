@@ -85,7 +85,9 @@ class TorchBackend(ExactBackend):
     # -- plumbing ---------------------------------------------------------------------------------
     def _prepare(self, batch: TriangleBatch, settings: RasterSettings) -> tuple[TriangleBatch, RasterSettings]:
         if self.device is not None and batch.device != self.device:
-            batch = batch.to(self.device)
+            # MPS has no float64: float64 batches (the seed API's default) arrive there as float32
+            dtype = torch.float32 if self.device.type == "mps" and batch.dtype == torch.float64 else None
+            batch = batch.to(self.device, dtype=dtype)
         if self.memory_budget is not None:
             settings = settings.with_(memory_budget=self.memory_budget)
         return batch, settings
