@@ -24,15 +24,17 @@ except ImportError:  # pragma: no cover
 CASES = [("icosphere", 20_000, 256, 3), ("torus", 100_000, 512, 1)]
 
 
-def _case(report: Report, table, kind: str, faces: int, side: int, repeat: int) -> None:
-    base = mesh_fixture(kind, faces, side, side, dtype=torch.float32)
+def _case(report: Report, table, kind: str, faces: int, side: int, repeat: int, device=None) -> None:
+    device = torch.device(device or "cpu")
+    base = mesh_fixture(kind, faces, side, side, dtype=torch.float32).to(device)
     verts = base.vertices.detach().clone().requires_grad_(True)
     colors = base.vertex_colors.detach().clone().requires_grad_(True)
     s = RasterSettings(mode="soft", faces_per_pixel=8)
     size = (side, side)
     g = torch.Generator().manual_seed(0)
-    up_alpha = torch.rand(1, side, side, 1, generator=g)
-    up_rgb = torch.rand(1, side, side, 3, generator=g)
+    up_alpha = torch.rand(1, side, side, 1, generator=g).to(device)
+    up_rgb = torch.rand(1, side, side, 3, generator=g).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
     kept = {}
 
     def sil_forward():
@@ -59,10 +61,14 @@ def _case(report: Report, table, kind: str, faces: int, side: int, repeat: int) 
 
     rows = [("silhouette", sil_forward, sil_step), ("rgb", rgb_forward, rgb_step)]
     for label, fwd, step in rows:
-        fwd_ms = time_call(no_grad(fwd), repeat=repeat, warmup=1)
-        step_ms = time_call(step, repeat=repeat, warmup=0)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        fwd_ms = time_call(no_grad(fwd), repeat=repeat, warmup=1, sync=sync)
+        step_ms = time_call(step, repeat=repeat, warmup=1 if device.type == "cuda" else 0, sync=sync)
+        memory = (f"{torch.cuda.max_memory_allocated() / 2**20:,.0f}" if device.type == "cuda"
+                  else f"{peak_rss_mib():,.0f}")
         report.add_row(table, [f"{kind} {base.num_faces:,}", f"{side}x{side}", label, fmt_ms(fwd_ms), fmt_ms(step_ms),
-                               f"{kept['n'] / (side * side):.2f}" if "n" in kept else "-", f"{peak_rss_mib():,.0f}"])
+                               f"{kept['n'] / (side * side):.2f}" if "n" in kept else "-", memory])
 
 
 def run(report: Report, quick: bool) -> None:
@@ -74,6 +80,15 @@ def run(report: Report, quick: bool) -> None:
     table.notes.append(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     for kind, faces, side, repeat in CASES[:1] if quick else CASES:
         _case(report, table, kind, faces, side, repeat)
+    if torch.cuda.is_available():
+        cuda = report.table(
+            f"Soft mode on CUDA ({torch.cuda.get_device_name(0)}, float32, K=8, sigma=1 px^2): forward and "
+            "forward+backward per iteration",
+            ["mesh", "size", "output", "forward ms", "fwd+bwd ms", "faces kept / px", "peak CUDA memory MiB"],
+        )
+        cuda.notes.append("peak CUDA memory is torch.cuda.max_memory_allocated() during the row")
+        for kind, faces, side, repeat in CASES[:1] if quick else CASES:
+            _case(report, cuda, kind, faces, side, max(repeat, 5), device="cuda")
 
 
 if __name__ == "__main__":  # pragma: no cover

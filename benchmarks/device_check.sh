@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One prepared run on a machine with a CUDA GPU: the CUDA variants of the tests, then the CUDA
+# benchmark tables, written to $OUT (default: docs/) as benchmarks-device.md.
+#
+#     bash benchmarks/device_check.sh            # from the repository root
+#
+# Needs a python with a CUDA build of torch, numpy, pillow, pytest and hypothesis; py_gpu itself
+# is used from this checkout (no install).
+set -uo pipefail
+PY="${PYTHON:-python3}"
+OUT="${OUT:-docs}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 2
+PY_GPU_TEST_DEVICES=cuda "$PY" -m pytest -q -p no:cacheprovider \
+    tests/test_torch_hard.py tests/test_interpolate.py tests/test_soft.py tests/test_integration.py 2>&1 | tee "$OUT/device-tests.log"
+"$PY" benchmarks/run.py --only torch,soft --output "$OUT/benchmarks-device.md" 2>&1 | tee "$OUT/device-bench.log"
