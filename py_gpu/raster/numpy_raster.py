@@ -37,36 +37,38 @@ def _ceil_div(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
 
 
 def setup_faces(X: np.ndarray, Y: np.ndarray):
-    """Snapped int64 ``[F, 3]`` coordinates -> (valid mask, per-edge (ax, ay, dx, dy, owned) for positive faces)."""
+    """Snapped int64 ``[F, 3]`` corners -> per-face edge constants of the span solve.
+
+    Each face is oriented positively; for its edge ``a -> b`` (direction ``dx, dy``, tie offset
+    ``t = 0`` when the edge owns its samples, else 1) and the sample ``(256 c + 128, py)`` the rule
+    needs ``E >= t`` with ``E = dx (py - ay) - dy (256 c + 128 - ax)``, which is
+    ``beta * c >= need`` with ``beta = -256 dy`` and ``need = n0 - dx * py``.
+
+    Returns ``(valid, area, dx, n0, beta)``, each ``[F]`` or ``[F, 3]`` int64 (``valid``: bool).
+    """
     area = (X[:, 1] - X[:, 0]) * (Y[:, 2] - Y[:, 0]) - (Y[:, 1] - Y[:, 0]) * (X[:, 2] - X[:, 0])
     flip = area < 0
     order = np.where(flip[:, None], np.array([0, 2, 1]), np.array([0, 1, 2]))
-    Xo = np.take_along_axis(X, order, axis=1)
-    Yo = np.take_along_axis(Y, order, axis=1)
-    ax, ay = Xo, Yo
-    bx, by = np.roll(Xo, -1, axis=1), np.roll(Yo, -1, axis=1)
-    dx, dy = bx - ax, by - ay
+    ax = np.take_along_axis(X, order, axis=1)
+    ay = np.take_along_axis(Y, order, axis=1)
+    dx, dy = np.roll(ax, -1, axis=1) - ax, np.roll(ay, -1, axis=1) - ay
     owned = (dy < 0) | ((dy == 0) & (dx < 0))
-    return area != 0, area, ax, ay, dx, dy, owned
+    n0 = np.where(owned, 0, 1) + dx * ay + dy * (HALF_PIXEL - ax)
+    return area != 0, area, dx, n0, -dy * SUBPIXEL
 
 
-def row_spans(rows: np.ndarray, ax, ay, dx, dy, owned, width: int):
-    """Exact covered column span ``[c0, c1]`` per (face, row); inputs are per-span gathered ``[S, 3]``."""
+def row_spans(rows: np.ndarray, dx: np.ndarray, n0: np.ndarray, beta: np.ndarray, width: int):
+    """Exact covered column span ``[c0, c1]`` per (face, row) span; edge constants gathered ``[S, 3]``."""
     py = rows * SUBPIXEL + HALF_PIXEL  # [S]
-    # E(c) = dx*(py - ay) - dy*(256*c + 128 - ax) = alpha + beta*c ; need E >= t (t = 0 owned, 1 not).
-    alpha = dx * (py[:, None] - ay) - dy * (HALF_PIXEL - ax)
-    beta = -dy * SUBPIXEL
-    t = np.where(owned, 0, 1)
-    need = t - alpha  # beta * c >= need
+    need = n0 - dx * py[:, None]  # beta * c >= need
     big = np.int64(1 << 40)
     safe_beta = np.where(beta == 0, 1, beta)
-    # beta > 0: c >= ceil(need / beta);  beta < 0: c <= floor(need / beta) (the division flips it)
-    lo = np.where(beta > 0, _ceil_div(need, safe_beta), -big)
+    # beta > 0: c >= ceil(need / beta);  beta < 0: c <= floor(need / beta) (the division flips it);
+    # beta == 0 (horizontal edge): every column or none, by the sign of need
+    lo = np.where(beta > 0, _ceil_div(need, safe_beta), np.where((beta == 0) & (need > 0), big, -big))
     hi = np.where(beta < 0, need // safe_beta, big)
-    dead = (beta == 0) & (alpha < t)
-    c0 = np.maximum(lo.max(axis=1), 0)
-    c1 = np.minimum(hi.min(axis=1), width - 1)
-    c1 = np.where(dead.any(axis=1), -1, c1)
+    c0 = np.maximum(np.maximum(np.maximum(lo[:, 0], lo[:, 1]), lo[:, 2]), 0)
+    c1 = np.minimum(np.minimum(np.minimum(hi[:, 0], hi[:, 1]), hi[:, 2]), width - 1)
     return c0, c1
 
 
@@ -179,7 +181,7 @@ def _raster_element(verts, ws, faces, height, width, res: _Resolver, max_frags: 
     tri = verts[faces]  # [F, 3, 3] float64
     X = np.rint(tri[..., 0] * SUBPIXEL).astype(np.int64)
     Y = np.rint(tri[..., 1] * SUBPIXEL).astype(np.int64)
-    valid, area, ax, ay, dx, dy, owned = setup_faces(X, Y)
+    valid, area, edge_dx, edge_n0, edge_beta = setup_faces(X, Y)
     if cull:
         valid &= area < 0
     row0 = np.maximum(_ceil_div(Y.min(axis=1) - HALF_PIXEL, SUBPIXEL), 0)
@@ -210,12 +212,12 @@ def _raster_element(verts, ws, faces, height, width, res: _Resolver, max_frags: 
         if nrows[f_lo] > max_spans:  # one face taller than the span budget: split its rows
             for r in range(0, int(nrows[f_lo]), max_spans):
                 _chunk(live[f_lo:f_lo + 1], row0[live[f_lo:f_lo + 1]] + r,
-                       np.minimum(nrows[f_lo:f_lo + 1] - r, max_spans), ax, ay, dx, dy, owned, col0, col1,
+                       np.minimum(nrows[f_lo:f_lo + 1] - r, max_spans), edge_dx, edge_n0, edge_beta, col0, col1,
                        consts, zmin, ws, faces, width, res, max_frags)
             f_lo += 1
             continue
         sel = live[f_lo:f_hi]
-        drawn = _chunk(sel, row0[sel], nrows[f_lo:f_hi], ax, ay, dx, dy, owned, col0, col1, consts, zmin, ws,
+        drawn = _chunk(sel, row0[sel], nrows[f_lo:f_hi], edge_dx, edge_n0, edge_beta, col0, col1, consts, zmin, ws,
                        faces, width, res, max_frags)
         if drawn * _GROW_WHEN_DRAWN_BELOW < int(est_starts[f_hi] - est_starts[f_lo]):
             chunk_frags = min(chunk_cap, chunk_frags * 2)
@@ -258,12 +260,12 @@ def _face_constants(tri: np.ndarray, X: np.ndarray, Y: np.ndarray):
     return consts, zmin
 
 
-def _chunk(sel, first_row, counts, ax, ay, dx, dy, owned, col0, col1, consts, zmin, ws, faces, width, res, max_frags):
+def _chunk(sel, first_row, counts, edge_dx, edge_n0, edge_beta, col0, col1, consts, zmin, ws, faces, width, res, max_frags):
     """Rasterize faces ``sel`` over ``counts`` rows each, starting at ``first_row``."""
     span_face = np.repeat(sel, counts)
     offs = np.arange(span_face.size) - np.repeat(np.cumsum(counts) - counts, counts)
     rows = np.repeat(first_row, counts) + offs
-    c0, c1 = row_spans(rows, ax[span_face], ay[span_face], dx[span_face], dy[span_face], owned[span_face], width)
+    c0, c1 = row_spans(rows, edge_dx[span_face], edge_n0[span_face], edge_beta[span_face], width)
     c0 = np.maximum(c0, col0[span_face])
     c1 = np.minimum(c1, col1[span_face])
     keep = c1 >= c0
