@@ -30,7 +30,7 @@ def _meshes(level: int, segments: int) -> list[tuple]:
 
 def run(report: Report, quick: bool) -> None:
     size = (128, 128) if quick else (360, 640)
-    cases = [(3, 48)] if quick else [(3, 48), (5, 160)]
+    cases = [(3, 48)] if quick else [(3, 48), (5, 160), (7, 400)]
     cam = Camera.perspective((1.2, 1.5, 6.0), (1.2, 0.0, 0.0), fov_y=45.0, aspect=size[1] / size[0])
     lights = [AmbientLight(), DirectionalLight((-1.0, -1.0, -1.0))]
     table = report.table(f"Renderer: persistent handle vs rebuild per frame ({size[1]}x{size[0]}, torch backend)",
