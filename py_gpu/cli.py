@@ -2,6 +2,7 @@
 
 - ``py-gpu info``: version, backends (available or why not), torch devices, optional packages.
 - ``py-gpu seed``: render the seed benchmark scene with the best available backend to a PNG.
+- ``py-gpu demo``: render lit, textured shapes on a turntable to a PNG and an animated GIF.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def _seed(args) -> int:
     return 0
 
 
+def _demo(args) -> int:
+    from py_gpu.demo import render_demo
+
+    t0 = time.perf_counter()
+    paths = render_demo(args.out, frames=args.frames, size=(args.height, args.width), backend=args.backend, mp4=args.mp4)
+    print(f"{args.frames} frames at {args.width}x{args.height} ({args.backend}) in {time.perf_counter() - t0:.1f} s")
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="py-gpu", description="py_gpu: a PyTorch-native triangle rasterizer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--output", default="py_gpu_seed.png")
     p.set_defaults(func=_seed)
+    p = sub.add_parser("demo", help="render lit, textured shapes rotating to a PNG and a GIF")
+    p.add_argument("--out", default="py_gpu_demo")
+    p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--width", type=int, default=360)
+    p.add_argument("--height", type=int, default=240)
+    p.add_argument("--backend", default="torch")
+    p.add_argument("--mp4", action="store_true", help="also write an MP4 (needs imageio-ffmpeg)")
+    p.set_defaults(func=_demo)
     return parser
 
 

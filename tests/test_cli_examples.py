@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from py_gpu.cli import main
@@ -42,3 +43,16 @@ def test_benchmark_example(tmp_path):
     for key in ("backend: numpy", "accelerated: True", "triangles: 200", "size: 160x90", "average frame:", "fps:"):
         assert key in proc.stdout
     assert np.asarray(Image.open(out)).shape == (90, 160, 3)
+
+
+def test_demo_command_writes_png_and_gif(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--frames", "2", "--width", "64", "--height", "48"]) == 0
+    png = np.asarray(Image.open(tmp_path / "lit_textured_shapes.png"))
+    assert png.shape == (48, 64, 3)
+    assert png.std() > 10  # shapes were drawn, not just background
+    gif = Image.open(tmp_path / "lit_textured_shapes.gif")
+    assert gif.n_frames == 2
+    with pytest.raises(ValueError, match="frames"):
+        from py_gpu.demo import render_demo
+
+        render_demo(tmp_path, frames=0)
