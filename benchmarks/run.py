@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import Report, Table, peak_rss_mib  # noqa: E402
+from common import Report, Table  # noqa: E402
 
 ORDER = ["core", "moderngl", "torch", "soft", "renderer"]
 

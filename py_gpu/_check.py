@@ -69,6 +69,28 @@ def check_shape(where: str, name: str, t: torch.Tensor, expected: Sequence[int |
         raise PyGpuValueError(f"{where}: `{name}` must have shape {text}, got {tuple(t.shape)}")
 
 
+def check_faces(where: str, faces: torch.Tensor, num_verts: int) -> torch.Tensor:
+    """Validate a face list: integer ``[F, 3]`` indices into ``num_verts`` vertices; returns int64.
+
+    int32/int16/int8/uint8 are widened to int64; an empty 1-D tensor is read as ``[0, 3]``.
+    """
+    if faces.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8):
+        faces = faces.long()
+    if faces.dtype != torch.int64:
+        raise PyGpuTypeError(f"{where}: `faces` must be an int64 (or int32) tensor, got {faces.dtype}")
+    if faces.dim() == 1 and faces.numel() == 0:
+        faces = faces.reshape(0, 3)
+    check_shape(where, "faces", faces, (None, 3), "[F, 3]")
+    if faces.numel():
+        lo, hi = int(faces.min()), int(faces.max())
+        if lo < 0 or hi >= num_verts:
+            raise PyGpuValueError(
+                f"{where}: `faces` index out of range: values span [{lo}, {hi}] but there are "
+                f"{num_verts} vertices (valid: 0..{num_verts - 1})"
+            )
+    return faces
+
+
 def check_same_device(where: str, reference: torch.Tensor, **others: torch.Tensor | None) -> None:
     for name, t in others.items():
         if t is not None and t.device != reference.device:

@@ -17,6 +17,7 @@ from ._check import (
     MAX_SCREEN_COORD,
     PyGpuTypeError,
     PyGpuValueError,
+    check_faces,
     check_finite,
     check_float,
     check_same_device,
@@ -80,22 +81,9 @@ class TriangleBatch:
                 )
 
         faces = _as_tensor(self.faces, device=verts.device)
-        if faces.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8):
-            faces = faces.long()
-        if faces.dtype != torch.int64:
-            raise PyGpuTypeError(f"{where}: `faces` must be an int64 (or int32) tensor, got {faces.dtype}")
-        if faces.dim() == 1 and faces.numel() == 0:
-            faces = faces.reshape(0, 3)
-        check_shape(where, "faces", faces, (None, 3), "[F, 3]")
         check_same_device(where, verts, faces=faces)
+        faces = check_faces(where, faces, verts.shape[1])
         num_verts = verts.shape[1]
-        if faces.numel():
-            lo, hi = int(faces.min()), int(faces.max())
-            if lo < 0 or hi >= num_verts:
-                raise PyGpuValueError(
-                    f"{where}: `faces` index out of range: values span [{lo}, {hi}] but there are "
-                    f"{num_verts} vertices (valid: 0..{num_verts - 1})"
-                )
 
         if self.vertex_colors is not None and self.face_colors is not None:
             raise PyGpuValueError(f"{where}: give `vertex_colors` or `face_colors`, not both")

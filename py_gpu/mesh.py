@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ._check import PyGpuTypeError, PyGpuValueError, check_finite, check_float, check_shape
+from ._check import PyGpuTypeError, PyGpuValueError, check_faces, check_finite, check_float, check_shape
 
 __all__ = [
     "MeshBatch",
@@ -95,19 +95,8 @@ class MeshBatch:
         check_float(where, "positions", pos)
         check_shape(where, "positions", pos, (None, 3) if pos.dim() == 2 else (None, None, 3), "[V, 3] or [B, V, 3]")
         check_finite(where, "positions", pos)
-        faces = _t(self.faces, device=pos.device)
-        if faces.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8):
-            faces = faces.long()
-        if faces.dtype != torch.int64:
-            raise PyGpuTypeError(f"{where}: `faces` must be an integer tensor, got {faces.dtype}")
-        if faces.dim() == 1 and faces.numel() == 0:
-            faces = faces.reshape(0, 3)
-        check_shape(where, "faces", faces, (None, 3), "[F, 3]")
         nv = pos.shape[-2]
-        if faces.numel() and (int(faces.min()) < 0 or int(faces.max()) >= nv):
-            raise PyGpuValueError(
-                f"{where}: `faces` index out of range [{int(faces.min())}, {int(faces.max())}] for {nv} vertices"
-            )
+        faces = check_faces(where, _t(self.faces, device=pos.device), nv)
         object.__setattr__(self, "positions", pos)
         object.__setattr__(self, "faces", faces)
         for name, channels in (("normals", 3), ("uvs", 2), ("colors", None)):

@@ -149,11 +149,15 @@ class ExactBackend:
                 raise PyGpuTypeError(f"{where}: `target` must be a FrameBuffer, got {type(target).__name__}")
             if target.width != width or target.height != height:
                 raise PyGpuValueError("target frame dimensions must match render dimensions")
-        fb = self.render_frame(tb, (height, width), background=bg).to_framebuffer(0)
+        fb = self._seed_frame(tb, (height, width), bg)
         if target is not None:
             target.pixels[:] = fb.pixels
             return target
         return fb
+
+    def _seed_frame(self, batch: TriangleBatch, size: tuple[int, int], background) -> FrameBuffer:
+        """The seed protocol's image for a validated ``B = 1`` batch; backends may take shortcuts."""
+        return self.render_frame(batch, size, background=background).to_framebuffer(0)
 
 
 def _to_device(frags: Fragments, device: torch.device) -> Fragments:

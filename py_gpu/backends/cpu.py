@@ -7,7 +7,6 @@ import torch
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.numpy_raster import rasterize_numpy
 from ..raster.reference import rasterize_reference
-from ..raster.rule import quantize_channel  # noqa: F401  (re-exported for docs)
 from .base import BackendCapabilities, ExactBackend
 
 

@@ -42,10 +42,8 @@ from .._check import (
     BackendUnavailableError,
     PyGpuTypeError,
     PyGpuValueError,
-    check_extent,
     check_finite,
     check_float,
-    check_rgb,
     check_size,
     check_tensor,
 )
@@ -53,7 +51,7 @@ from ..buffers import FrameBuffer
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.rule import SUBPIXEL
 from ..settings import RasterSettings
-from .base import BackendCapabilities, ExactBackend, as_triangle_batch
+from .base import BackendCapabilities, ExactBackend
 
 log = logging.getLogger("py_gpu")
 
@@ -626,7 +624,8 @@ class ModernGLBackend(ExactBackend):
         mgl = self._mgl
         channels = batch.num_channels if batch.colors is not None else 3
         gl_channels = channels if channels <= _MAX_GL_CHANNELS else 0
-        screen = _screen_vertices(batch, size)  # [B, V, 3] float64
+        # clip-space input arrives already clipped (every w > 0), so this is the reference's own mapping
+        screen = batch.screen_vertices(size).detach().to("cpu", torch.float64).numpy()  # [B, V, 3]
         faces_flat = batch.faces.detach().cpu().numpy().reshape(-1)  # [3F]
         ctx = self.ctx
         with ctx:  # make this backend's context current (several contexts may live in one thread)
@@ -703,34 +702,17 @@ class ModernGLBackend(ExactBackend):
             face_index=torch.from_numpy(face),
         )
 
-    def render(self, batch, width: int, height: int, *, background=(0, 0, 0), target: FrameBuffer | None = None) -> FrameBuffer:
-        """py_gpu 0.0.1's call: ``(width, height)``, 0-255 background, returns a ``FrameBuffer``.
-
-        Draws into an 8-bit RGB attachment cleared to the background and reads only that back.
-        Colors with more or fewer than 3 channels take the general path.
-        """
-        where = f"{type(self).__name__}.render"
-        check_extent(where, "width", width)
-        check_extent(where, "height", height)
-        bg = check_rgb(where, "background", background, scale=255.0)
-        tb = as_triangle_batch(where, batch)
-        if tb.batch_size != 1 or tb.num_channels != 3 or tb.is_clip_space:
-            return super().render(tb, width, height, background=background, target=target)
-        if target is not None:
-            if not isinstance(target, FrameBuffer):
-                from .._check import PyGpuTypeError
-
-                raise PyGpuTypeError(f"{where}: `target` must be a FrameBuffer, got {type(target).__name__}")
-            if target.width != width or target.height != height:
-                raise PyGpuValueError("target frame dimensions must match render dimensions")
-        size = (height, width)
+    def _seed_frame(self, batch: TriangleBatch, size, background) -> FrameBuffer:
+        """The seed protocol's image: drawn into an 8-bit RGB attachment cleared to the background,
+        and only that is read back. Colors with other than 3 channels and clip-space input take
+        the general path."""
+        if batch.num_channels != 3 or batch.is_clip_space:
+            return super()._seed_frame(batch, size, background)
+        height, width = size
         pixels = bytearray(width * height * 3)
         out = np.frombuffer(pixels, dtype=np.uint8).reshape(height, width, 3)
-        for _, gl_target in self._draw(tb, size, RasterSettings(), "rgb8", background=bg):
+        for _, gl_target in self._draw(batch, size, RasterSettings(), "rgb8", background=background):
             out[:] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", size)
-        if target is not None:
-            target.pixels[:] = pixels
-            return target
         return FrameBuffer(width, height, pixels)
 
 
@@ -782,21 +764,6 @@ def _depth_scales(clip: np.ndarray, inst: np.ndarray | None, bounds: np.ndarray)
         zw = np.where((z >= 0) & (w > 0), z / w, 0.0)
     zmax = zw.max(-1) if zw.shape[-1] else np.zeros(clip.shape[0])
     return np.minimum(1.0, 2.0 * (1.0 - _DEPTH_MARGIN) / np.maximum(zmax, 1e-300))
-
-
-def _screen_vertices(batch: TriangleBatch, size) -> np.ndarray:
-    """float64 ``[B, V, 3]`` screen ``(x_px, y_px, depth)``, computed in the batch's dtype exactly as
-    ``TriangleBatch.screen_vertices`` does (so the snapped positions match the reference), except
-    that clip-space vertices with ``w <= 0`` are allowed: GL clips them, their values are unused."""
-    if not batch.is_clip_space:
-        return batch.vertices.detach().to("cpu", torch.float64).numpy()
-    height, width = size
-    v = batch.vertices.detach()
-    w = v[..., 3]
-    x = (v[..., 0] / w + 1.0) * (width / 2.0)
-    y = (1.0 - v[..., 1] / w) * (height / 2.0)
-    z = v[..., 2] / w
-    return torch.stack((x, y, z), dim=-1).to("cpu", torch.float64).numpy()
 
 
 def _color_mode(batch: TriangleBatch) -> tuple[str, torch.Tensor | None]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from .._check import BackendUnavailableError, PyGpuTypeError, PyGpuValueError, check_extent, check_rgb, check_size
-from ..buffers import ColorLike, FrameBuffer
+from .._check import BackendUnavailableError, PyGpuTypeError, PyGpuValueError, check_rgb, check_size
+from ..buffers import FrameBuffer
 from ..contracts import Fragments, Frame, TriangleBatch, quantize  # noqa: F401  (Frame: return type)
 from ..settings import RasterSettings
 from .base import BackendCapabilities, ExactBackend, as_triangle_batch
@@ -165,24 +165,18 @@ class TorchBackend(ExactBackend):
 
 
     # -- seed protocol -----------------------------------------------------------------------------
-    def render(self, batch, width: int, height: int, *, background: ColorLike = (0, 0, 0),
-               target: FrameBuffer | None = None) -> FrameBuffer:
-        """py_gpu 0.0.1's call: ``(width, height)`` order, 0-255 background, returns a ``FrameBuffer``.
-
-        Flat-colored screen-space batches (per-face colors, or none) take a shortcut with the same
-        8-bit result: a flat color does not depend on the barycentrics, so only the face index of
-        each pixel is resolved, and each face's color is quantized once instead of per pixel.
-        Everything else goes through ``render_frame``.
+    def _seed_frame(self, batch: TriangleBatch, size, background) -> FrameBuffer:
+        """The seed protocol's image. Flat-colored screen-space batches (per-face colors, or none)
+        take a shortcut with the same 8-bit result: a flat color does not depend on the
+        barycentrics, so only the face index of each pixel is resolved, and each face's color is
+        quantized once instead of per pixel. Everything else goes through ``render_frame``.
         """
-        where = f"{type(self).__name__}.render"
-        check_extent(where, "width", width)
-        check_extent(where, "height", height)
-        bg = check_rgb(where, "background", background, scale=255.0)
-        tb = as_triangle_batch(where, batch)
+        tb, bg = batch, background
         colors = tb.face_colors
         flat = tb.vertex_colors is None and (colors is None or colors.shape[-1] >= 3)
-        if not flat or tb.batch_size != 1 or tb.is_clip_space or target is not None:
-            return super().render(tb, width, height, background=background, target=target)
+        if not flat or tb.is_clip_space:
+            return super()._seed_frame(tb, size, bg)
+        height, width = size
         from ..raster.torch_hard import compute_dtype, rasterize_face_index
 
         tb, settings = self._prepare(tb, RasterSettings())

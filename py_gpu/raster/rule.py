@@ -46,11 +46,3 @@ def barycentrics(x0, y0, x1, y1, x2, y2, px, py):
     l1 = ((x0 - x2) * (py - y2) - (y0 - y2) * (px - x2)) / d
     l2 = ((x1 - x0) * (py - y0) - (y1 - y0) * (px - x0)) / d
     return l0, l1, l2
-
-
-def quantize_channel(value: float) -> int:
-    """Float color channel to 0-255: ``floor(clamp(c, 0, 1) * 255 + 0.5)``."""
-    import math
-
-    c = 0.0 if value < 0.0 else (1.0 if value > 1.0 else value)
-    return int(math.floor(c * 255.0 + 0.5))
