@@ -367,12 +367,10 @@ def test_empty_and_float32(gl):
 # -- resources ------------------------------------------------------------------------------------
 
 
-def test_no_leaks_over_200_frames(gl_available, monkeypatch):
-    moderngl = pytest.importorskip("moderngl")
-    from py_gpu.backends.moderngl import MAX_CACHED_SIZES, ModernGLBackend
-
+def _track_gl_objects(monkeypatch, moderngl, kinds):
+    """Record every GL object of ``kinds`` the context creates; returns ``live()``, those not yet released."""
     created = []
-    for name in ("buffer", "texture", "depth_renderbuffer", "renderbuffer", "framebuffer", "program", "vertex_array"):
+    for name in kinds:
         original = getattr(moderngl.Context, name)
 
         def wrapper(self, *args, __original=original, **kwargs):
@@ -384,6 +382,16 @@ def test_no_leaks_over_200_frames(gl_available, monkeypatch):
 
     def live():
         return [o for o in created if not isinstance(o.mglo, moderngl.InvalidObject)]
+
+    return live
+
+
+def test_no_leaks_over_200_frames(gl_available, monkeypatch):
+    moderngl = pytest.importorskip("moderngl")
+    from py_gpu.backends.moderngl import MAX_CACHED_SIZES, ModernGLBackend
+
+    live = _track_gl_objects(monkeypatch, moderngl, ("buffer", "texture", "depth_renderbuffer", "renderbuffer",
+                                                     "framebuffer", "program", "vertex_array"))
 
     backend = ModernGLBackend()
     g = torch.Generator().manual_seed(11)
@@ -532,19 +540,7 @@ def test_geometry_release_frees_gl_objects(gl_available, monkeypatch):
     moderngl = pytest.importorskip("moderngl")
     from py_gpu.backends.moderngl import ModernGLBackend
 
-    created = []
-    for name in ("buffer", "vertex_array"):
-        original = getattr(moderngl.Context, name)
-
-        def wrapper(self, *args, __original=original, **kwargs):
-            obj = __original(self, *args, **kwargs)
-            created.append(obj)
-            return obj
-
-        monkeypatch.setattr(moderngl.Context, name, wrapper)
-
-    def live():
-        return [o for o in created if not isinstance(o.mglo, moderngl.InvalidObject)]
+    live = _track_gl_objects(monkeypatch, moderngl, ("buffer", "vertex_array"))
 
     backend = ModernGLBackend()
     pos, faces = _world_triangles(n=8)
