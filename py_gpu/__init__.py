@@ -3,32 +3,48 @@
 The whole public surface is below. Tensor API: ``TriangleBatch`` -> ``rasterize`` ->
 ``Fragments`` -> ``interpolate`` / ``render`` -> ``Frame``. World space: ``MeshBatch`` +
 ``Camera`` -> ``Renderer`` (lit, textured, persistent geometry) -> ``Frame``. Building blocks
-live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.raster`` and ``py_gpu.shading``. Seed API (py_gpu 0.0.1):
-``RasterBatch`` of ``ScreenTriangle`` -> ``select_backend(...).render(batch, width, height)`` ->
-``FrameBuffer``.
+live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.shapes``, ``py_gpu.raster`` and
+``py_gpu.shading``. py_gpu 0.0.1's API (``RasterBatch`` of ``ScreenTriangle`` ->
+``select_backend(...).render(batch, width, height)`` -> ``FrameBuffer``) lives in
+``py_gpu.compat`` and is re-exported here.
 """
 
 from ._check import BackendUnavailableError, MemoryBudgetError, PyGpuTypeError, PyGpuValueError
 from ._version import __version__
-from .api import interpolate, rasterize, render
 from .backends import (
+    Backend,
     BackendCapabilities,
-    CPURasterBackend,
-    NumpyRasterBackend,
-    RasterBackend,
+    ModernGLBackend,
+    NumpyBackend,
+    ReferenceBackend,
     TorchBackend,
     available_backends,
-    detect_gpu_packages,
+    create_backend,
     register_backend,
+)
+from .camera import Camera
+from .compat import (
+    CPURasterBackend,
+    DepthBuffer,
+    FrameBuffer,
+    ModernGLRasterBackend,
+    NumpyRasterBackend,
+    RasterBackend,
+    RasterBatch,
+    ScreenTriangle,
+    ScreenVertex,
+    detect_gpu_packages,
     select_backend,
 )
-from .buffers import DepthBuffer, FrameBuffer
-from .camera import Camera
 from .contracts import Fragments, Frame, TriangleBatch
-from .geometry import RasterBatch, ScreenTriangle, ScreenVertex
+from .frontend import interpolate, rasterize, render
 from .mesh import MeshBatch
 from .renderer import Renderer
-from .settings import RasterSettings
+from .settings import BlendSettings, RasterSettings
+
+from .compat import paths as _paths  # noqa: E402  (0.0.1 import paths)
+
+_paths.install()
 
 __all__ = [
     # tensor API
@@ -36,6 +52,7 @@ __all__ = [
     "Fragments",
     "Frame",
     "RasterSettings",
+    "BlendSettings",
     "rasterize",
     "interpolate",
     "render",
@@ -44,21 +61,27 @@ __all__ = [
     "MeshBatch",
     "Renderer",
     # backends
+    "Backend",
     "BackendCapabilities",
-    "RasterBackend",
-    "CPURasterBackend",
-    "NumpyRasterBackend",
+    "ReferenceBackend",
+    "NumpyBackend",
     "TorchBackend",
+    "ModernGLBackend",
+    "create_backend",
     "select_backend",
     "register_backend",
     "available_backends",
-    "detect_gpu_packages",
-    # seed API (py_gpu 0.0.1)
+    # py_gpu 0.0.1 (py_gpu.compat)
     "ScreenVertex",
     "ScreenTriangle",
     "RasterBatch",
     "FrameBuffer",
     "DepthBuffer",
+    "RasterBackend",
+    "CPURasterBackend",
+    "NumpyRasterBackend",
+    "ModernGLRasterBackend",
+    "detect_gpu_packages",
     # errors
     "PyGpuValueError",
     "PyGpuTypeError",

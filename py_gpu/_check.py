@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 #: Largest |x| or |y| (pixels) a screen-space vertex may have. Snapped to 1/256 px this keeps
@@ -113,14 +114,8 @@ def check_size(where: str, size: Any) -> tuple[int, int]:
 
 
 def check_extent(where: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.integer):
-                value = int(value)
-        except ImportError:  # pragma: no cover - numpy is a core dependency
-            pass
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise PyGpuTypeError(f"{where}: `{name}` must be an int, got {type(value).__name__}")
     if value <= 0:
@@ -161,3 +156,42 @@ def check_positive(where: str, name: str, value: Any) -> float:
     if not f > 0 or f == float("inf"):
         raise PyGpuValueError(f"{where}: `{name}` must be a finite number > 0, got {value!r}")
     return f
+
+
+def resolve_device(where: str, device: Any) -> torch.device | None:
+    """``None`` (follow the data), or a usable ``torch.device`` from a name or a device.
+
+    Raises:
+        BackendUnavailableError: CUDA or MPS was asked for but torch cannot use it here.
+        PyGpuValueError / PyGpuTypeError: not a device, or a device type py_gpu does not render on.
+    """
+    if device is None:
+        return None
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError as exc:
+            raise PyGpuValueError(f"{where}: `device` {device!r} is not a torch device ({exc})") from None
+    if not isinstance(device, torch.device):
+        raise PyGpuTypeError(f"{where}: `device` must be a str or torch.device, got {type(device).__name__}")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise PyGpuValueError(
+            f"{where}: device type {device.type!r} cannot render (it holds no data); use 'cpu', 'cuda' or 'mps'"
+        )
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            f"{where}: device {str(device)!r} was asked for but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); install a CUDA build of "
+            "torch or use device='cpu'"
+        )
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise BackendUnavailableError(
+            f"{where}: device {str(device)!r} was asked for but only {torch.cuda.device_count()} CUDA device(s) exist"
+        )
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise BackendUnavailableError(
+                f"{where}: device 'mps' was asked for but torch.backends.mps.is_available() is False; use device='cpu'"
+            )
+    return device

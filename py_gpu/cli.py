@@ -11,13 +11,16 @@ import argparse
 import sys
 import time
 
+import torch
+
+import py_gpu
+from py_gpu.backends import available_backends, torch_devices
+from py_gpu.compat import detect_gpu_packages
+from py_gpu.demo import render_demo
+from py_gpu.fixtures import SEED_BACKGROUND, seed_fixture
+
 
 def _info(args) -> int:
-    import torch
-
-    import py_gpu
-    from py_gpu.backends import available_backends, detect_gpu_packages, torch_devices
-
     print(f"py_gpu {py_gpu.__version__} (torch {torch.__version__}, python {sys.version.split()[0]})")
     print("backends (best first):")
     for s in available_backends():
@@ -37,9 +40,6 @@ def _info(args) -> int:
 
 
 def _seed(args) -> int:
-    import py_gpu
-    from py_gpu.fixtures import SEED_BACKGROUND, seed_fixture
-
     backend = py_gpu.select_backend(args.backend)
     batch = seed_fixture(args.triangles, args.width, args.height, seed=args.seed)
     t0 = time.perf_counter()
@@ -51,8 +51,6 @@ def _seed(args) -> int:
 
 
 def _demo(args) -> int:
-    from py_gpu.demo import render_demo
-
     t0 = time.perf_counter()
     paths = render_demo(args.out, frames=args.frames, size=(args.height, args.width), backend=args.backend, mp4=args.mp4)
     print(f"{args.frames} frames at {args.width}x{args.height} ({args.backend}) in {time.perf_counter() - t0:.1f} s")

@@ -8,7 +8,8 @@ image height/width, ``K`` faces kept per pixel, ``C`` channels.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +24,7 @@ from ._check import (
     check_same_device,
     check_shape,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .buffers import FrameBuffer
-
+from .image import quantize, save_png
 
 def _as_tensor(value: Any, *, device=None) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
@@ -177,20 +175,6 @@ class TriangleBatch:
         z = v[..., 2] / w
         return torch.stack((x, y, z), dim=-1)
 
-    # ---- seed API conversion ---------------------------------------------------------------
-    @classmethod
-    def from_raster_batch(cls, batch, *, dtype: torch.dtype = torch.float64, device=None) -> "TriangleBatch":
-        """Convert a seed ``RasterBatch`` to a ``B = 1`` screen-space batch with flat colors."""
-        from .geometry import raster_batch_to_triangle_batch
-
-        return raster_batch_to_triangle_batch(batch, dtype=dtype, device=device)
-
-    def to_raster_batch(self, index: int = 0):
-        """Convert batch element ``index`` (screen space, flat or vertex colors) to a seed ``RasterBatch``."""
-        from .geometry import triangle_batch_to_raster_batch
-
-        return triangle_batch_to_raster_batch(self, index)
-
 
 @dataclass(frozen=True, eq=False)
 class Fragments:
@@ -258,20 +242,15 @@ class Frame:
         """uint8 ``[B, H, W, C]``: ``floor(clamp(c, 0, 1) * 255 + 0.5)``, the raster rule's quantization."""
         return quantize(self.image.detach())
 
-    def to_framebuffer(self, index: int = 0) -> "FrameBuffer":
-        """Batch element ``index`` as the dependency-free RGB ``FrameBuffer``."""
-        from .buffers import FrameBuffer
-
+    def to_png(self, path: str | Path, index: int = 0) -> None:
+        """Write batch element ``index``'s RGB image (the first 3 channels, 8-bit) as a PNG file."""
         if self.image.shape[-1] < 3:
-            raise PyGpuValueError(f"Frame.to_framebuffer: needs 3 color channels, image has {self.image.shape[-1]}")
-        rgb = self.to_uint8()[index, ..., :3].cpu().numpy()
-        return FrameBuffer.from_numpy(rgb)
+            raise PyGpuValueError(f"Frame.to_png: needs 3 color channels, image has {self.image.shape[-1]}")
+        if not 0 <= index < self.batch_size:
+            raise PyGpuValueError(f"Frame.to_png: `index` {index} out of range for batch size {self.batch_size}")
+        save_png(path, self.to_uint8()[index, ..., :3].cpu().numpy())
 
     def to_numpy(self) -> np.ndarray:
         """uint8 ``[B, H, W, C]`` numpy array."""
         return self.to_uint8().cpu().numpy()
 
-
-def quantize(values: torch.Tensor) -> torch.Tensor:
-    """Float color to uint8 by the raster rule: ``floor(clamp(c, 0, 1) * 255 + 0.5)``."""
-    return torch.floor(values.clamp(0.0, 1.0) * 255.0 + 0.5).to(torch.uint8)

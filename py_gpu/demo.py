@@ -10,7 +10,9 @@ import math
 from pathlib import Path
 
 import torch
+from PIL import Image
 
+from ._check import PyGpuValueError, check_size
 from .camera import Camera
 from .mesh import cube, plane, torus, uv_sphere
 from .renderer import Renderer
@@ -51,10 +53,6 @@ def render_demo(out_dir: str | Path, *, frames: int = 24, size: tuple[int, int] 
     ``size`` is ``(H, W)``. Geometry is uploaded once; each frame only changes the turntable
     transform.
     """
-    from PIL import Image
-
-    from ._check import PyGpuValueError, check_size
-
     H, W = check_size("render_demo", size)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PyGpuValueError(f"render_demo: `frames` must be a positive int, got {frames!r}")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .contracts import TriangleBatch
-from .geometry import RasterBatch, ScreenTriangle, ScreenVertex
+from .compat import RasterBatch, ScreenTriangle, ScreenVertex
 
 SEED_BACKGROUND = (6, 8, 12)
 

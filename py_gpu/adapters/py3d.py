@@ -1,7 +1,7 @@
 """Render py_3d scenes (``pip install "py_gpu[py3d]"``, import name ``py_3d``) through py_gpu.
 
 ``scene_to_triangle_batch`` turns a scene into one clip-space ``TriangleBatch`` with flat, lit
-per-face colors (py_3d's own material and light model, evaluated per face). Every py_gpu backend
+per-face colors (py_3d's own material and light model, evaluated per face). The front end
 clips it against the near plane, so triangles that reach behind the camera are cut, not dropped.
 ``Py3DRasterRenderer`` is the renderer-compatible adapter py_gpu 0.0.1 shipped, with the same
 constructor and ``render(scene, camera, settings, target=None)`` call.
@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from .._check import BackendUnavailableError
-from ..buffers import FrameBuffer
+from ..compat import FrameBuffer, RasterBatch, ScreenTriangle, ScreenVertex, select_backend
 from ..contracts import TriangleBatch
-from ..geometry import RasterBatch, ScreenTriangle, ScreenVertex
+from ..frontend import near_clip, render
 
 
 def _py3d():
@@ -106,10 +106,9 @@ def scene_to_raster_batch(scene, camera, settings, *, wire_width: float = 1.5) -
     Triangles are clipped against the near plane first (0.0.1 dropped any triangle with a vertex
     behind the camera). Lines become two-triangle quads ``wire_width`` pixels wide.
     """
-    from ..raster.clip import clip_near
-
     batch = scene_to_triangle_batch(scene, camera, settings, dtype=torch.float64)
-    clipped, _ = clip_near(batch)
+    result = near_clip(batch)
+    clipped = result.batch
     screen = clipped.screen_vertices((settings.height, settings.width))[0].numpy()
     cam_depth = clipped.vertices[0, :, 3].numpy()  # seed depth is camera-space distance, as in 0.0.1
     rgb = np.floor(clipped.face_colors[0].numpy() * 255.0 + 0.5).astype(int).tolist()
@@ -142,8 +141,6 @@ class Py3DRasterRenderer:
 
     def __post_init__(self) -> None:
         if self.backend_impl is None and not self.reference_compatible:
-            from ..backends import select_backend
-
             self.backend_impl = select_backend(self.prefer_backend)
 
     def render(self, scene, camera, settings, target=None):
@@ -151,8 +148,6 @@ class Py3DRasterRenderer:
         if self.reference_compatible:
             return py_3d.CPURenderer(cache_static_geometry=False).render(scene, camera, settings, target)
         if self.backend_impl is None:
-            from ..backends import select_backend
-
             self.backend_impl = select_backend(self.prefer_backend)
         background = tuple(c / 255.0 for c in _rgb(settings.background))
         lines = [obj for obj in scene.objects if _is_line(obj)]
@@ -161,8 +156,8 @@ class Py3DRasterRenderer:
                                           background=_rgb(settings.background))
         else:
             batch = scene_to_triangle_batch(scene, camera, settings)
-            frame = self.backend_impl.render_frame(batch, (settings.height, settings.width), background=background)
-            fb = frame.to_framebuffer(0)
+            frame = render(batch, (settings.height, settings.width), backend=self.backend_impl, background=background)
+            fb = FrameBuffer.from_frame(frame)
         return frame_to_py3d_pixel_buffer(fb, target)
 
 

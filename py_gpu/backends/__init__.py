@@ -1,38 +1,33 @@
-"""Backends: the seed protocol, capabilities, the registry and ``select_backend``.
+"""Backends: the base class, capabilities, the registry and ``create_backend``.
 
-Built-in backends register here; optional ones import their dependency lazily, when built.
+Built-in backends register here. The ModernGL backend imports moderngl only when it is built.
 """
 
-from .base import BackendCapabilities, ExactBackend, RasterBackend
-from .cpu import CPURasterBackend, NumpyRasterBackend
-from .registry import (
-    BackendStatus,
-    available_backends,
-    detect_gpu_packages,
-    register_backend,
-    select_backend,
-    torch_devices,
-)
+from . import moderngl as _moderngl
+from . import torch_backend as _torch_backend
+from .base import Backend, BackendCapabilities
+from .cpu import NumpyBackend, ReferenceBackend
+from .moderngl import ModernGLBackend
+from .registry import BackendStatus, available_backends, create_backend, register_backend, torch_devices
+from .torch_backend import TorchBackend
 
 register_backend(
-    "reference", CPURasterBackend, priority=0, aliases=("cpu",), summary="pure-Python oracle, exact, slow"
+    "reference", ReferenceBackend, priority=0, aliases=("cpu",), summary="pure-Python oracle, exact, slow"
 )
-register_backend("numpy", NumpyRasterBackend, priority=10, summary="vectorized NumPy, exact")
-
-from . import _optional  # noqa: E402,F401  (registers torch / moderngl when their modules exist)
-from .torch_backend import TorchBackend  # noqa: E402
+register_backend("numpy", NumpyBackend, priority=10, summary="vectorized NumPy, exact")
+_torch_backend.register()
+_moderngl.register()
 
 __all__ = [
+    "Backend",
     "BackendCapabilities",
     "BackendStatus",
-    "CPURasterBackend",
-    "ExactBackend",
-    "NumpyRasterBackend",
-    "RasterBackend",
+    "ModernGLBackend",
+    "NumpyBackend",
+    "ReferenceBackend",
     "TorchBackend",
     "available_backends",
-    "detect_gpu_packages",
+    "create_backend",
     "register_backend",
-    "select_backend",
     "torch_devices",
 ]

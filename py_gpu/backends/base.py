@@ -1,22 +1,30 @@
-"""The backend contract: capabilities, the seed protocol, and the shared exact-backend plumbing."""
+"""The backend contract: capabilities, and the base class every backend builds on.
+
+A backend draws batches it can draw: screen space, or clip space with every ``w > 0``. It never
+clips: the front end (:mod:`py_gpu.frontend`) clips once against the near plane, dispatches,
+and maps the result back once. The public methods validate their arguments and call three hooks:
+
+- ``_fragments(batch, size, settings) -> Fragments`` (required),
+- ``_frame(batch, size, background, settings, blend) -> Frame`` (default: shade the fragments),
+- ``_rgb8(batch, size, background, settings) -> uint8 [B, H, W, 3]`` (default: quantize the frame).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import torch
 
-from .._check import PyGpuTypeError, PyGpuValueError, check_extent, check_rgb, check_size
-from ..buffers import ColorLike, FrameBuffer
+from .._check import PyGpuTypeError, PyGpuValueError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..geometry import RasterBatch
-from ..settings import RasterSettings
+from ..image import quantize
+from ..settings import BlendSettings, RasterSettings
+from ..shading.composite import shade_fragments
 
 
 @dataclass(frozen=True)
 class BackendCapabilities:
-    """What a backend supports. The first five fields are py_gpu 0.0.1's, in its order.
+    """What a backend supports. The first five fields keep py_gpu 0.0.1's order.
 
     Attributes:
         name: human-readable backend name.
@@ -26,7 +34,7 @@ class BackendCapabilities:
         supports_vertex_attributes: interpolates per-vertex attributes.
         differentiable: ``Frame.image`` carries gradients.
         modes: raster modes it renders (``"hard"``, ``"soft"``).
-        clip_space: accepts ``[B, V, 4]`` clip-space vertices.
+        clip_space: accepts ``[B, V, 4]`` clip-space vertices (already clipped, every ``w > 0``).
         devices: torch device types its results can live on.
         exact: follows docs/raster-rule.md exactly (face index identical to the reference).
     """
@@ -43,49 +51,32 @@ class BackendCapabilities:
     exact: bool = True
 
 
-@runtime_checkable
-class RasterBackend(Protocol):
-    """py_gpu 0.0.1's backend protocol; every backend still implements it."""
+class Backend:
+    """Base of every backend. Subclasses set ``capabilities`` and implement ``_fragments``.
+
+    Results of a CPU backend are moved to the batch's device (``results_follow_batch``).
+    """
 
     capabilities: BackendCapabilities
+    #: move results to the batch's device (CPU rasterizers); a device-native backend sets False
+    results_follow_batch = True
 
-    def render(
-        self,
-        batch: RasterBatch,
-        width: int,
-        height: int,
-        *,
-        background: ColorLike = (0, 0, 0),
-        target: FrameBuffer | None = None,
-    ) -> FrameBuffer: ...
-
-
-def as_triangle_batch(where: str, batch) -> TriangleBatch:
-    """Accept a ``TriangleBatch`` or a seed ``RasterBatch``."""
-    if isinstance(batch, TriangleBatch):
-        return batch
-    if isinstance(batch, RasterBatch):
-        return batch.to_triangle_batch()
-    raise PyGpuTypeError(f"{where}: `batch` must be a TriangleBatch or RasterBatch, got {type(batch).__name__}")
-
-
-class ExactBackend:
-    """Shared plumbing of the exact backends: subclasses provide ``_fragments`` and ``_frame``."""
-
-    capabilities: BackendCapabilities
-
-    # -- to implement ---------------------------------------------------------------------------
-    def _fragments(self, batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> Fragments:  # pragma: no cover
+    # -- hooks --------------------------------------------------------------------------------------
+    def _fragments(self, batch: TriangleBatch, size, settings: RasterSettings) -> Fragments:  # pragma: no cover
         raise NotImplementedError
 
-    def _frame(self, batch: TriangleBatch, size: tuple[int, int], background, settings: RasterSettings) -> Frame:
-        from ..shading.flat import shade_hard
+    def _frame(self, batch: TriangleBatch, size, background, settings: RasterSettings, blend: BlendSettings) -> Frame:
+        return shade_fragments(batch, self._fragments(batch, size, settings), background, settings, blend)
 
-        return shade_hard(batch, self._fragments(batch, size, settings), background)
+    def _rgb8(self, batch: TriangleBatch, size, background, settings: RasterSettings) -> torch.Tensor:
+        image = self._frame(batch, size, background, settings, BlendSettings()).image
+        return quantize(image.detach()[..., :3])
 
-    def _settings(self, where: str, settings: RasterSettings | None) -> RasterSettings:
+    # -- validation ------------------------------------------------------------------------------------
+    def check_settings(self, where: str, settings: RasterSettings | None) -> RasterSettings:
+        """``settings`` (default ``RasterSettings()``), refused when this backend cannot render its mode."""
         if settings is None:
-            return RasterSettings()
+            settings = RasterSettings()
         if not isinstance(settings, RasterSettings):
             raise PyGpuTypeError(f"{where}: `settings` must be a RasterSettings, got {type(settings).__name__}")
         if settings.mode not in self.capabilities.modes:
@@ -95,82 +86,65 @@ class ExactBackend:
             )
         return settings
 
-    # -- tensor API -------------------------------------------------------------------------------
-    def rasterize(self, batch, size, *, settings: RasterSettings | None = None) -> Fragments:
-        """Hard-mode ``Fragments`` (K = 1) at ``size = (H, W)``, on the batch's device.
+    def _drawable(self, where: str, batch) -> TriangleBatch:
+        if not isinstance(batch, TriangleBatch):
+            raise PyGpuTypeError(f"{where}: `batch` must be a TriangleBatch, got {type(batch).__name__}")
+        if batch.is_clip_space and batch.vertices.numel() and not bool((batch.vertices[..., 3] > 0).all()):
+            raise PyGpuValueError(
+                f"{where}: clip-space vertices with w <= 0 reach a backend only after near-plane clipping; "
+                "call py_gpu.rasterize / py_gpu.render, which clip once, or clip with py_gpu.raster.clip_batch"
+            )
+        return batch
 
-        Clip-space input is clipped against the near plane first (``py_gpu.raster.clip``); the
-        fragments refer to the input faces, with barycentrics of their corners.
-        """
+    def _follow(self, result, batch: TriangleBatch):
+        if not self.results_follow_batch:
+            return result
+        return to_device(result, batch.device)
+
+    # -- public -------------------------------------------------------------------------------------
+    def rasterize(self, batch: TriangleBatch, size, *, settings: RasterSettings | None = None) -> Fragments:
+        """``Fragments`` of a drawable ``batch`` at ``size = (H, W)`` (hard: K = 1, exact)."""
         where = f"{type(self).__name__}.rasterize"
-        tb = as_triangle_batch(where, batch)
+        tb = self._drawable(where, batch)
         size = check_size(where, size)
-        s = self._settings(where, settings)
-        return _to_device(self._clipped_fragments(tb, size, s), tb.device)
+        return self._follow(self._fragments(tb, size, self.check_settings(where, settings)), tb)
 
-    def _clipped_fragments(self, tb: TriangleBatch, size, s: RasterSettings) -> Fragments:
-        if not tb.is_clip_space:
-            return self._fragments(tb, size, s)
-        from ..raster.clip import clip_batch
-
-        clipped = clip_batch(tb)
-        return clipped.unclip(self._fragments(clipped.batch, size, s))
-
-    def render_frame(self, batch, size, *, background=(0.0, 0.0, 0.0), settings: RasterSettings | None = None) -> Frame:
-        """A ``Frame`` at ``size = (H, W)``; ``background`` is float RGB in [0, 1]."""
+    def render_frame(self, batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0),
+                     settings: RasterSettings | None = None, blend: BlendSettings | None = None) -> Frame:
+        """A ``Frame`` of a drawable ``batch`` at ``size = (H, W)``; ``background`` is float RGB in [0, 1]."""
         where = f"{type(self).__name__}.render_frame"
-        tb = as_triangle_batch(where, batch)
+        tb = self._drawable(where, batch)
         size = check_size(where, size)
         bg = check_rgb(where, "background", background, scale=1.0)
-        s = self._settings(where, settings)
-        if tb.is_clip_space:
-            from ..shading.flat import shade_hard
+        if blend is not None and not isinstance(blend, BlendSettings):
+            raise PyGpuTypeError(f"{where}: `blend` must be a BlendSettings, got {type(blend).__name__}")
+        s = self.check_settings(where, settings)
+        return self._follow(self._frame(tb, size, bg, s, blend or BlendSettings()), tb)
 
-            frame = shade_hard(tb, self._clipped_fragments(tb, size, s), bg)
-        else:
-            frame = self._frame(tb, size, bg, s)
-        return _frame_to_device(frame, tb.device)
+    def render_rgb8(self, batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0),
+                    settings: RasterSettings | None = None) -> torch.Tensor:
+        """uint8 ``[B, H, W, 3]`` image of a drawable ``batch`` (quantized by the raster rule).
 
-    # -- seed protocol ------------------------------------------------------------------------------
-    def render(self, batch, width: int, height: int, *, background: ColorLike = (0, 0, 0), target: FrameBuffer | None = None) -> FrameBuffer:
-        """py_gpu 0.0.1's call: ``(width, height)`` order, 0-255 background, returns a ``FrameBuffer``."""
-        where = f"{type(self).__name__}.render"
-        check_extent(where, "width", width)
-        check_extent(where, "height", height)
-        bg = check_rgb(where, "background", background, scale=255.0)
-        tb = as_triangle_batch(where, batch)
-        if tb.batch_size != 1:
-            raise PyGpuValueError(
-                f"{where}: the FrameBuffer protocol renders one image but the batch has B={tb.batch_size}; "
-                "use render_frame() for batches"
-            )
-        if target is not None:
-            if not isinstance(target, FrameBuffer):
-                raise PyGpuTypeError(f"{where}: `target` must be a FrameBuffer, got {type(target).__name__}")
-            if target.width != width or target.height != height:
-                raise PyGpuValueError("target frame dimensions must match render dimensions")
-        fb = self._seed_frame(tb, (height, width), bg)
-        if target is not None:
-            target.pixels[:] = fb.pixels
-            return target
-        return fb
-
-    def _seed_frame(self, batch: TriangleBatch, size: tuple[int, int], background) -> FrameBuffer:
-        """The seed protocol's image for a validated ``B = 1`` batch; backends may take shortcuts."""
-        return self.render_frame(batch, size, background=background).to_framebuffer(0)
+        Backends take shortcuts here with the same 8-bit result (flat colors resolved per face,
+        GL drawing straight into an 8-bit target)."""
+        where = f"{type(self).__name__}.render_rgb8"
+        tb = self._drawable(where, batch)
+        size = check_size(where, size)
+        bg = check_rgb(where, "background", background, scale=1.0)
+        return self._follow(self._rgb8(tb, size, bg, self.check_settings(where, settings)), tb)
 
 
-def _to_device(frags: Fragments, device: torch.device) -> Fragments:
-    if frags.face_index.device == device:
-        return frags
-    move = lambda t: None if t is None else t.to(device)  # noqa: E731
-    return Fragments(move(frags.face_index), move(frags.bary), move(frags.depth), move(frags.dist), move(frags.screen_bary))
-
-
-def _frame_to_device(frame: Frame, device: torch.device) -> Frame:
-    if frame.image.device == device:
-        return frame
-    return Frame(
-        frame.image.to(device), frame.alpha.to(device), frame.depth.to(device), frame.face_index.to(device),
-        {k: v.to(device) for k, v in frame.extras.items()},
-    )
+def to_device(result, device: torch.device):
+    """``Fragments``, ``Frame`` or a tensor on ``device`` (a no-op when already there)."""
+    if isinstance(result, torch.Tensor):
+        return result.to(device)
+    if isinstance(result, Fragments):
+        if result.face_index.device == device:
+            return result
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Fragments(move(result.face_index), move(result.bary), move(result.depth), move(result.dist),
+                         move(result.screen_bary))
+    if result.image.device == device:
+        return result
+    return Frame(result.image.to(device), result.alpha.to(device), result.depth.to(device),
+                 result.face_index.to(device), {k: v.to(device) for k, v in result.extras.items()})

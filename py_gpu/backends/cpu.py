@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from .._check import PyGpuValueError
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.numpy_raster import rasterize_numpy
 from ..raster.reference import rasterize_reference
-from .base import BackendCapabilities, ExactBackend
+from .base import Backend, BackendCapabilities
 
 
-class CPURasterBackend(ExactBackend):
+class ReferenceBackend(Backend):
     """The pure-Python reference rasterizer: slow, dependency-free beyond torch, and the oracle.
 
-    Shading is done in plain Python floats too, so it checks the shared shader as well.
+    Its hard-mode shading is done in plain Python floats too (an oracle for the shared
+    interpolation kernel, :func:`py_gpu.shading.interpolate_vertex`).
     """
 
     capabilities = BackendCapabilities(
@@ -26,7 +28,7 @@ class CPURasterBackend(ExactBackend):
     def _fragments(self, batch: TriangleBatch, size, settings) -> Fragments:
         return rasterize_reference(batch, size, cull_backfaces=settings.cull_backfaces)
 
-    def _frame(self, batch: TriangleBatch, size, background, settings) -> Frame:
+    def _frame(self, batch: TriangleBatch, size, background, settings, blend) -> Frame:
         frags = rasterize_reference(batch, size, cull_backfaces=settings.cull_backfaces)
         B, H, W = frags.face_index.shape[:3]
         face = frags.face_index.reshape(B, -1).tolist()
@@ -58,7 +60,7 @@ class CPURasterBackend(ExactBackend):
         return Frame(image=img, alpha=covered[..., None].double(), depth=depth, face_index=frags.face_index[..., 0])
 
 
-class NumpyRasterBackend(ExactBackend):
+class NumpyBackend(Backend):
     """Vectorized NumPy rasterizer; bit-identical to the reference, chunked under ``memory_budget`` bytes."""
 
     capabilities = BackendCapabilities(
@@ -69,6 +71,9 @@ class NumpyRasterBackend(ExactBackend):
     )
 
     def __init__(self, memory_budget: int | None = None):
+        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)
+                                          or memory_budget <= 0):
+            raise PyGpuValueError(f"NumpyBackend: `memory_budget` must be a positive int (bytes), got {memory_budget!r}")
         self.memory_budget = memory_budget
 
     def _fragments(self, batch: TriangleBatch, size, settings) -> Fragments:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from importlib.util import find_spec
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,11 +48,12 @@ from .._check import (
     check_size,
     check_tensor,
 )
-from ..buffers import FrameBuffer
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.rule import SUBPIXEL
 from ..settings import RasterSettings
-from .base import BackendCapabilities, ExactBackend
+from .._gl import create_context, import_moderngl, probe_gl
+from .base import Backend, BackendCapabilities
+from .registry import register_backend
 
 log = logging.getLogger("py_gpu")
 
@@ -258,7 +260,7 @@ class GLMesh:
         self._instances_capacity = 0
 
 
-class ModernGLBackend(ExactBackend):
+class ModernGLBackend(Backend):
     """Offscreen OpenGL rasterizer through ModernGL; agrees with the reference pixel for pixel.
 
     Persistent resources: the context, the shader programs, one set of framebuffers per image
@@ -293,8 +295,6 @@ class ModernGLBackend(ExactBackend):
     )
 
     def __init__(self, context=None):
-        from .._gl import create_context, import_moderngl
-
         self._mgl = import_moderngl()
         self._owns_ctx = context is None
         self.ctx = create_context() if context is None else context
@@ -513,7 +513,7 @@ class ModernGLBackend(ExactBackend):
         if mesh.released or mesh._backend is not self:
             raise PyGpuValueError(f"{where}: `mesh` was released or belongs to another backend; upload it again")
         size = check_size(where, size)
-        s = self._settings(where, settings)
+        s = self.check_settings(where, settings)
         clip = _matrices(where, "clip_from_world", clip_from_world, 3)  # [B, 4, 4] float64
         inst = None if instances is None else _matrices(where, "instances", instances, 4)  # [B|1, N, 4, 4]
         if inst is not None and clip.shape[0] == 1 and inst.shape[0] > 1:
@@ -593,7 +593,7 @@ class ModernGLBackend(ExactBackend):
         per_vertex = np.empty((sv.shape[0], 5 if color_mode == "face" else k), dtype=np.float32)
         # Depth (z, or z/w for clip space) is mapped affinely into NDC [-1 + m, 1 - m], so GL's
         # near and far planes never cut anything: clip-space input arrives already clipped
-        # against py_gpu's near plane (ExactBackend.rasterize / render_frame), with every w > 0.
+        # against py_gpu's near plane by the front end (py_gpu.frontend), with every w > 0.
         used = depth[faces_flat] if faces_flat.size else depth[:0]
         zmin, zmax = (float(used.min()), float(used.max())) if used.size else (0.0, 0.0)
         if zmax > zmin:
@@ -674,10 +674,10 @@ class ModernGLBackend(ExactBackend):
             depth=torch.from_numpy(depth).to(dtype)[..., None],
         )
 
-    def _frame(self, batch: TriangleBatch, size, background, settings: RasterSettings) -> Frame:
+    def _frame(self, batch: TriangleBatch, size, background, settings: RasterSettings, blend) -> Frame:
         channels = batch.num_channels
         if channels > _MAX_GL_CHANNELS:
-            return super()._frame(batch, size, background, settings)
+            return super()._frame(batch, size, background, settings, blend)
         height, width = size
         B = batch.batch_size
         image = np.empty((B, height, width, channels), dtype=np.float32)
@@ -702,18 +702,17 @@ class ModernGLBackend(ExactBackend):
             face_index=torch.from_numpy(face),
         )
 
-    def _seed_frame(self, batch: TriangleBatch, size, background) -> FrameBuffer:
-        """The seed protocol's image: drawn into an 8-bit RGB attachment cleared to the background,
-        and only that is read back. Colors with other than 3 channels and clip-space input take
-        the general path."""
-        if batch.num_channels != 3 or batch.is_clip_space:
-            return super()._seed_frame(batch, size, background)
+    def _rgb8(self, batch: TriangleBatch, size, background, settings: RasterSettings) -> torch.Tensor:
+        """Drawn into an 8-bit RGB attachment cleared to the background, and only that is read
+        back. Colors with other than 3 channels take the general path."""
+        if batch.num_channels != 3:
+            return super()._rgb8(batch, size, background, settings)
         height, width = size
-        pixels = bytearray(width * height * 3)
-        out = np.frombuffer(pixels, dtype=np.uint8).reshape(height, width, 3)
-        for _, gl_target in self._draw(batch, size, RasterSettings(), "rgb8", background=background):
-            out[:] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", size)
-        return FrameBuffer(width, height, pixels)
+        out = np.empty((batch.batch_size, height, width, 3), dtype=np.uint8)
+        bg8 = tuple(float(np.floor(min(max(c, 0.0), 1.0) * 255.0 + 0.5)) / 255.0 for c in background)
+        for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
+            out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", size)
+        return torch.from_numpy(out)
 
 
 def _matrices(where: str, name: str, m, dims: int) -> np.ndarray:
@@ -775,19 +774,13 @@ def _color_mode(batch: TriangleBatch) -> tuple[str, torch.Tensor | None]:
 
 
 def _probe() -> str | None:
-    from importlib.util import find_spec
-
     if find_spec("moderngl") is None:
         return 'moderngl is not installed; install it with: pip install "py_gpu[gl]"'
-    from .._gl import probe_gl
-
     return probe_gl()
 
 
 def register() -> None:
     """Register the backend as ``"moderngl"`` (aliases ``"opengl"``, ``"gl"``, ``"gpu"``)."""
-    from .registry import register_backend
-
     register_backend(
         "moderngl",
         ModernGLBackend,

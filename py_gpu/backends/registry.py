@@ -1,16 +1,17 @@
-"""The backend registry and ``select_backend``.
+"""The backend registry and ``create_backend``.
 
 Each backend registers a name, aliases, a factory, an availability probe and an ``auto``
-priority. ``select_backend("auto")`` tries the available ones from the highest priority down;
-``select_backend(name)`` fails loudly, saying why that backend cannot run and how to fix it.
+priority. ``create_backend("auto")`` tries the available ones from the highest priority down;
+``create_backend(name)`` fails loudly, saying why that backend cannot run and how to fix it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from importlib.util import find_spec
 from typing import Callable
+
+import torch
 
 from .._check import BackendUnavailableError, PyGpuTypeError
 
@@ -82,12 +83,14 @@ def _status_lines() -> str:
     return "\n".join(lines)
 
 
-def select_backend(prefer: str = "auto", **options):
+def create_backend(prefer: str = "auto", *, factories: dict | None = None, **options):
     """Return a backend instance.
 
     Args:
         prefer: ``"auto"`` (the fastest that works here), or a backend name or alias:
             ``"reference"``/``"cpu"``, ``"numpy"``, ``"torch"``, ``"moderngl"``/``"opengl"``/``"gl"``/``"gpu"``.
+        factories: optional ``{name: factory}`` used instead of the registered factories (a
+            layer above builds its own subclasses of the same backends this way).
         **options: passed to the backend's constructor (``device=`` for torch, ``memory_budget=`` ...).
 
     Raises:
@@ -95,7 +98,8 @@ def select_backend(prefer: str = "auto", **options):
             lists the others); or the name is unknown.
     """
     if not isinstance(prefer, str):
-        raise PyGpuTypeError(f"select_backend: `prefer` must be a string, got {type(prefer).__name__}")
+        raise PyGpuTypeError(f"create_backend: `prefer` must be a string, got {type(prefer).__name__}")
+    factories = factories or {}
     key = prefer.strip().lower()
     if key == "auto":
         for entry in sorted(_REGISTRY.values(), key=lambda e: -e.priority):
@@ -104,49 +108,33 @@ def select_backend(prefer: str = "auto", **options):
             reason = _probe(entry)
             if reason is None:
                 try:
-                    return entry.factory(**options)
+                    return factories.get(entry.name, entry.factory)(**options)
                 except Exception as exc:  # fall through to the next backend
-                    log.debug("select_backend('auto'): %s failed to start: %s", entry.name, exc)
+                    log.debug("create_backend('auto'): %s failed to start: %s", entry.name, exc)
                     continue
-            log.debug("select_backend('auto'): skipping %s: %s", entry.name, reason)
-        raise BackendUnavailableError("select_backend('auto'): no backend can run here:\n" + _status_lines())
+            log.debug("create_backend('auto'): skipping %s: %s", entry.name, reason)
+        raise BackendUnavailableError("create_backend('auto'): no backend can run here:\n" + _status_lines())
     name = _ALIASES.get(key)
     if name is None:
-        raise BackendUnavailableError(f"select_backend: unknown backend {prefer!r}. Backends:\n" + _status_lines())
+        raise BackendUnavailableError(f"create_backend: unknown backend {prefer!r}. Backends:\n" + _status_lines())
     entry = _REGISTRY[name]
     reason = _probe(entry)
     if reason is not None:
         raise BackendUnavailableError(
-            f"select_backend: backend {name!r} cannot run here: {reason}\nBackends:\n" + _status_lines()
+            f"create_backend: backend {name!r} cannot run here: {reason}\nBackends:\n" + _status_lines()
         )
     try:
-        return entry.factory(**options)
+        return factories.get(name, entry.factory)(**options)
     except BackendUnavailableError:
         raise
     except TypeError:
         raise
     except Exception as exc:
-        raise BackendUnavailableError(f"select_backend: backend {name!r} failed to start: {exc}") from exc
-
-
-def detect_gpu_packages() -> tuple[str, ...]:
-    """Optional GPU or acceleration packages visible to Python (labels, as in py_gpu 0.0.1)."""
-    candidates = (
-        ("wgpu", "WebGPU/wgpu"),
-        ("moderngl", "OpenGL/ModernGL"),
-        ("OpenGL", "OpenGL/PyOpenGL"),
-        ("vulkan", "Vulkan"),
-        ("cupy", "CUDA/CuPy"),
-        ("numba", "CPU/GPU Numba"),
-        ("torch", "PyTorch"),
-    )
-    return tuple(label for module_name, label in candidates if find_spec(module_name) is not None)
+        raise BackendUnavailableError(f"create_backend: backend {name!r} failed to start: {exc}") from exc
 
 
 def torch_devices() -> list[str]:
     """Torch device types usable here, e.g. ``["cpu", "cuda:0 (NVIDIA H200)"]``."""
-    import torch
-
     devices = ["cpu"]
     if torch.cuda.is_available():
         devices += [f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())]

@@ -243,11 +243,15 @@ def unclip_fragments(fragments: Fragments, result: ClipResult) -> Fragments:
         return fragments
     B = face.shape[0]
     valid = face >= 0
-    safe = face.clamp(min=0)
-    orig = torch.where(valid, result.face_map[safe], torch.full_like(face, -1))
+    # one padding row (index F') for empty fragments, so nothing indexes an empty table when
+    # every face was behind the plane
+    n_out = result.face_map.shape[0]
+    pad_face = torch.where(valid, face, torch.full_like(face, n_out))
+    face_map = torch.cat([result.face_map, result.face_map.new_full((1,), -1)])
+    orig = face_map[pad_face]
     w = result.weights.to(fragments.bary.dtype)  # [B, F', 3, 3]
-    idx = safe.reshape(B, -1)[..., None, None].expand(-1, -1, 3, 3)
+    w = torch.cat([w, w.new_zeros(B, 1, 3, 3)], 1)
+    idx = pad_face.reshape(B, -1)[..., None, None].expand(-1, -1, 3, 3)
     wsel = torch.gather(w, 1, idx).reshape(*face.shape, 3, 3)  # [B, H, W, K, 3, 3]
     bary = (fragments.bary.unsqueeze(-1) * wsel).sum(-2)
-    bary = torch.where(valid[..., None], bary, torch.zeros_like(bary))
     return Fragments(orig, bary, fragments.depth, fragments.dist, None)

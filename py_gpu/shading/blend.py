@@ -17,8 +17,8 @@ With ``D_k = sigmoid(dist_k / sigma)`` the soft coverage of the k-th kept face a
   ``gamma`` mixes faces. The normalization is done as one softmax over ``K + 1`` logits
   (``log D_k = logsigmoid(dist_k / sigma)``), which is the same ratio without overflow.
 
-Defaults (``RasterSettings``): ``sigma = 1`` px^2, ``gamma = 1e-4``, ``znear = 0``, ``zfar = 1``,
-``background_epsilon = 1e-10``, ``faces_per_pixel = 8``, ``cutoff = 1e-4``.
+Defaults: ``RasterSettings`` (``sigma = 1`` px^2, ``faces_per_pixel = 8``, ``cutoff = 1e-4``) and
+``BlendSettings`` (``gamma = 1e-4``, ``znear = 0``, ``zfar = 1``, ``background_epsilon = 1e-10``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import math
 import torch
 import torch.nn.functional as nnf
 
-from .._check import PyGpuTypeError, check_rgb, check_size
-from ..contracts import Fragments, Frame, TriangleBatch
-from ..settings import RasterSettings
+from .._check import PyGpuTypeError
+from ..contracts import Fragments
+from ..settings import BlendSettings, RasterSettings
 
-__all__ = ["coverage", "silhouette", "blend_weights", "slot_colors", "blend", "render_soft"]
+__all__ = ["coverage", "silhouette", "blend_weights", "blend", "nearest_covering"]
 
 
 def _scaled(frags: Fragments, sigma: float) -> torch.Tensor:
@@ -55,7 +55,7 @@ def silhouette(frags: Fragments, settings: RasterSettings) -> torch.Tensor:
     return (1.0 - torch.exp(log_miss.sum(dim=-1)))[..., None]
 
 
-def blend_weights(frags: Fragments, settings: RasterSettings) -> tuple[torch.Tensor, torch.Tensor]:
+def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalized softmax-over-depth weights.
 
     Returns:
@@ -63,9 +63,10 @@ def blend_weights(frags: Fragments, settings: RasterSettings) -> tuple[torch.Ten
         background: float ``[B, H, W]``, the background's share; ``weights.sum(-1) + background == 1``.
     """
     mask = frags.mask
-    eps, gamma = settings.background_epsilon, settings.gamma
+    b = blend_settings
+    eps, gamma = b.background_epsilon, b.gamma
     depth = torch.where(mask, frags.depth, torch.zeros_like(frags.depth))
-    z = (settings.zfar - depth) / (settings.zfar - settings.znear)  # [B, H, W, K]
+    z = (b.zfar - depth) / (b.zfar - b.znear)  # [B, H, W, K]
     z_max = torch.where(mask, z, torch.full_like(z, -math.inf)).amax(dim=-1, keepdim=True).clamp(min=eps)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + (z - z_max) / gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
@@ -74,44 +75,19 @@ def blend_weights(frags: Fragments, settings: RasterSettings) -> tuple[torch.Ten
     return w[..., :-1], w[..., -1]
 
 
-def slot_colors(batch: TriangleBatch, frags: Fragments) -> torch.Tensor:
-    """float ``[B, H, W, K, C]``: each slot's color (vertex colors through ``frags.bary``, face
-    colors gathered, white without colors); 0 where empty."""
-    face = frags.face_index
-    B, H, W, K = face.shape
-    safe = face.clamp(min=0).reshape(B, -1)  # [B, H*W*K]
-    dtype = frags.bary.dtype
-    if batch.face_colors is not None:
-        fc = batch.face_colors.to(dtype)  # [B, F, C]
-        C = fc.shape[-1]
-        col = torch.gather(fc, 1, safe[..., None].expand(-1, -1, C)).reshape(B, H, W, K, C)
-    elif batch.vertex_colors is not None:
-        vc = batch.vertex_colors.to(dtype)  # [B, V, C]
-        C = vc.shape[-1]
-        corner = batch.faces[safe]  # [B, H*W*K, 3]
-        per_corner = torch.gather(vc, 1, corner.reshape(B, -1, 1).expand(-1, -1, C)).reshape(B, H, W, K, 3, C)
-        col = (frags.bary[..., None] * per_corner).sum(dim=-2)
-    else:
-        col = torch.ones(B, H, W, K, 3, dtype=dtype, device=face.device)
-    return torch.where(frags.mask[..., None], col, torch.zeros_like(col))
-
-
-def blend(colors: torch.Tensor, frags: Fragments, background, settings: RasterSettings) -> torch.Tensor:
+def blend(colors: torch.Tensor, frags: Fragments, background: torch.Tensor, settings: RasterSettings,
+          blend_settings: BlendSettings) -> torch.Tensor:
     """float ``[B, H, W, C]``: softmax-over-depth blend of per-slot ``colors`` ``[B, H, W, K, C]``
-    with ``background`` (a float sequence of length >= min(C, 3); extra channels get 0)."""
-    weights, w_bg = blend_weights(frags, settings)
-    C = colors.shape[-1]
-    bg = torch.zeros(C, dtype=colors.dtype, device=colors.device)
-    n = min(3, C)
-    bg[:n] = torch.tensor(list(background)[:n], dtype=colors.dtype, device=colors.device)
-    return (weights[..., None] * colors).sum(dim=-2) + w_bg[..., None] * bg
+    with ``background``, a float ``[C]`` tensor."""
+    weights, w_bg = blend_weights(frags, settings, blend_settings)
+    return (weights[..., None] * colors).sum(dim=-2) + w_bg[..., None] * background
 
 
-def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor]:
+def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The nearest kept face whose triangle contains the pixel center (``dist >= 0``).
 
-    Returns int64 ``[B, H, W]`` face index (-1 where none) and float ``[B, H, W]`` its depth
-    (+inf where none).
+    Returns int64 ``[B, H, W]`` face index (-1 where none), float ``[B, H, W]`` its depth
+    (+inf where none) and int64 ``[B, H, W]`` its slot in ``K`` (clamped to a valid slot where none).
     """
     covering = frags.mask & (frags.dist >= 0)  # [B, H, W, K]
     K = covering.shape[-1]
@@ -121,39 +97,4 @@ def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor]:
     face = torch.where(any_cov, frags.face_index.gather(-1, first)[..., 0], torch.full_like(any_cov, -1, dtype=torch.int64))
     depth = frags.depth.gather(-1, first)[..., 0]
     depth = torch.where(any_cov, depth, torch.full_like(depth, math.inf))
-    return face, depth
-
-
-def render_soft(batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0), settings: RasterSettings | None = None,
-                rasterizer=None) -> Frame:
-    """Soft-render ``batch`` at ``size = (H, W)``: soft rasterize, color the slots, blend.
-
-    Args:
-        batch: ``TriangleBatch``; vertex or face colors (white without).
-        size: ``(H, W)``.
-        background: float RGB in [0, 1].
-        settings: ``RasterSettings`` (``sigma``, ``gamma``, ``faces_per_pixel``, ``znear``/``zfar``,
-            ``background_epsilon``, ``cutoff``, ``cull_backfaces``, ``memory_budget``).
-        rasterizer: ``f(batch, size, settings) -> Fragments``; defaults to
-            :func:`py_gpu.raster.torch_soft.rasterize_soft` (tests pass the brute-force oracle).
-
-    Returns:
-        ``Frame``: ``image`` float ``[B, H, W, C]`` (softmax-over-depth blend), ``alpha``
-        ``[B, H, W, 1]`` (soft silhouette), ``depth`` ``[B, H, W]`` and ``face_index`` ``[B, H, W]``
-        of the nearest face containing the pixel center (+inf / -1 where none). ``image``,
-        ``alpha`` and ``depth`` are differentiable with respect to vertices and colors.
-    """
-    where = "render_soft"
-    if not isinstance(batch, TriangleBatch):
-        raise PyGpuTypeError(f"{where}: `batch` must be a TriangleBatch, got {type(batch).__name__}")
-    size = check_size(where, size)
-    bg = check_rgb(where, "background", background, scale=1.0)
-    s = settings if settings is not None else RasterSettings(mode="soft")
-    if not isinstance(s, RasterSettings):
-        raise PyGpuTypeError(f"{where}: `settings` must be a RasterSettings, got {type(s).__name__}")
-    if rasterizer is None:
-        from ..raster.torch_soft import rasterize_soft as rasterizer
-    frags = rasterizer(batch, size, s)
-    image = blend(slot_colors(batch, frags), frags, bg, s)
-    face, depth = nearest_covering(frags)
-    return Frame(image=image, alpha=silhouette(frags, s), depth=depth, face_index=face)
+    return face, depth, first[..., 0]

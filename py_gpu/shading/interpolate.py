@@ -85,18 +85,50 @@ def interpolate(attributes: torch.Tensor, fragments: Fragments, faces: torch.Ten
             f"{where}: `fragments.face_index` refers to face {int(face_index.max())} but `faces` has {F}"
         )
 
-    dtype = torch.promote_types(attributes.dtype, bary.dtype)
-    attributes = attributes.to(dtype)
-    covered = face_index >= 0  # [B, H, W, K]
-    safe = face_index.clamp(min=0).reshape(B, -1)  # [B, H*W*K]
-
-    def rows(index: torch.Tensor) -> torch.Tensor:  # [B, H*W*K] -> [B, H, W, K, C]
-        return torch.gather(attributes, 1, index[..., None].expand(-1, -1, C)).reshape(B, H, W, K, C)
-
     if kind == "face":
-        value = rows(safe)
-    else:
-        corner = faces[safe]  # [B, H*W*K, 3] vertex ids
-        w = bary.to(dtype)
-        value = w[..., 0:1] * rows(corner[..., 0]) + w[..., 1:2] * rows(corner[..., 1]) + w[..., 2:3] * rows(corner[..., 2])
-    return torch.where(covered[..., None], value, torch.zeros((), dtype=dtype, device=device))
+        return gather_face(attributes, face_index)
+    return interpolate_vertex(attributes, faces, face_index, bary)
+
+
+def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: torch.Tensor,
+                       bary: torch.Tensor) -> torch.Tensor:
+    """The interpolation kernel every shading path calls (no input checks: callers validate).
+
+    Args:
+        values: float ``[B, V, C]`` or ``[1, V, C]`` per-vertex values.
+        faces: int64 ``[F, 3]``.
+        face_index: int64 ``[B, H, W, K]``, -1 where empty.
+        bary: float ``[B, H, W, K, 3]``.
+
+    Returns:
+        float ``[B, H, W, K, C]``: ``b0 * a0 + b1 * a1 + b2 * a2``, summed in that order so every
+        path gets bit-identical values; 0 where ``face_index == -1``. The dtype is the promotion
+        of ``values``' and ``bary``'s.
+    """
+    B, H, W, K = face_index.shape
+    C = values.shape[-1]
+    dtype = torch.promote_types(values.dtype, bary.dtype)
+    if faces.shape[0] == 0:  # nothing to interpolate: every fragment is empty
+        return torch.zeros(B, H, W, K, C, dtype=dtype, device=face_index.device)
+    values = values.to(dtype).expand(B, -1, -1)
+    covered = face_index >= 0  # [B, H, W, K]
+    corner = faces[face_index.clamp(min=0).reshape(B, -1)]  # [B, H*W*K, 3] vertex ids
+
+    def rows(k: int) -> torch.Tensor:  # values at corner k: [B, H, W, K, C]
+        return torch.gather(values, 1, corner[..., k, None].expand(-1, -1, C)).reshape(B, H, W, K, C)
+
+    w = bary.to(dtype)
+    value = w[..., 0:1] * rows(0) + w[..., 1:2] * rows(1) + w[..., 2:3] * rows(2)
+    return torch.where(covered[..., None], value, torch.zeros((), dtype=dtype, device=value.device))
+
+
+def gather_face(values: torch.Tensor, face_index: torch.Tensor) -> torch.Tensor:
+    """Per-face ``[B|1, F, C]`` values at each fragment: ``[B, H, W, K, C]``, 0 where empty."""
+    B, H, W, K = face_index.shape
+    C = values.shape[-1]
+    if values.shape[1] == 0:  # no faces: every fragment is empty
+        return torch.zeros(B, H, W, K, C, dtype=values.dtype, device=face_index.device)
+    values = values.expand(B, -1, -1)
+    safe = face_index.clamp(min=0).reshape(B, -1, 1).expand(-1, -1, C)
+    value = torch.gather(values, 1, safe).reshape(B, H, W, K, C)
+    return torch.where((face_index >= 0)[..., None], value, torch.zeros((), dtype=values.dtype, device=value.device))

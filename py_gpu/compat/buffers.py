@@ -1,14 +1,16 @@
-"""Dependency-free frame and depth buffers (the py_gpu 0.0.1 API, kept source-compatible)."""
+"""py_gpu 0.0.1's dependency-free frame and depth buffers, kept source-compatible."""
 
 from __future__ import annotations
 
-from binascii import crc32
 from dataclasses import dataclass, field
 from pathlib import Path
-from struct import pack
-from zlib import compress
 
-from ._check import PyGpuTypeError, PyGpuValueError
+import numpy as np
+import torch
+
+from .._check import PyGpuTypeError, PyGpuValueError
+from ..contracts import Frame
+from ..image import encode_png
 
 ColorLike = tuple[int, int, int]
 
@@ -82,21 +84,26 @@ class FrameBuffer:
     # ---- array interop ----------------------------------------------------------------------
     def to_numpy(self):
         """uint8 numpy array ``[H, W, 3]`` (a copy)."""
-        import numpy as np
-
         return np.frombuffer(bytes(self.pixels), dtype=np.uint8).reshape(self.height, self.width, 3).copy()
 
     def to_tensor(self, device=None):
         """uint8 torch tensor ``[H, W, 3]`` (a copy) on ``device``."""
-        import torch
-
         return torch.from_numpy(self.to_numpy()).to(device) if device is not None else torch.from_numpy(self.to_numpy())
+
+    @classmethod
+    def from_frame(cls, frame: Frame, index: int = 0) -> "FrameBuffer":
+        """Batch element ``index`` of a ``Frame`` (its first 3 channels, 8-bit by the raster rule)."""
+        if not isinstance(frame, Frame):
+            raise PyGpuTypeError(f"FrameBuffer.from_frame: `frame` must be a py_gpu.Frame, got {type(frame).__name__}")
+        if frame.image.shape[-1] < 3:
+            raise PyGpuValueError(f"FrameBuffer.from_frame: needs 3 color channels, image has {frame.image.shape[-1]}")
+        if not 0 <= index < frame.batch_size:
+            raise PyGpuValueError(f"FrameBuffer.from_frame: `index` {index} out of range for batch size {frame.batch_size}")
+        return cls.from_numpy(frame.to_uint8()[index, ..., :3].cpu().numpy())
 
     @classmethod
     def from_numpy(cls, array) -> "FrameBuffer":
         """Build from a uint8 ``[H, W, 3]`` array (numpy or anything ``np.asarray`` accepts)."""
-        import numpy as np
-
         arr = np.asarray(array)
         if arr.dtype != np.uint8:
             raise PyGpuTypeError(f"FrameBuffer.from_numpy: `array` must be uint8, got {arr.dtype}")
@@ -117,41 +124,11 @@ class FrameBuffer:
         Path(path).write_bytes(self.to_ppm_bytes())
 
     def to_png_bytes(self) -> bytes:
-        """PNG file contents; uses pillow when installed, a small built-in encoder otherwise."""
-        try:
-            from io import BytesIO
-
-            from PIL import Image
-        except ImportError:
-            return _encode_png(self.width, self.height, self.pixels)
-        out = BytesIO()
-        Image.frombytes("RGB", (self.width, self.height), bytes(self.pixels)).save(out, format="PNG")
-        return out.getvalue()
+        """PNG file contents (pillow when installed, a small built-in encoder otherwise)."""
+        return encode_png(self.to_numpy())
 
     def to_png(self, path: str | Path) -> None:
         Path(path).write_bytes(self.to_png_bytes())
-
-
-def _encode_png(width: int, height: int, pixels: bytes | bytearray) -> bytes:
-    """Minimal truecolor PNG encoder (filter 0 on every row)."""
-    stride = width * 3
-    rows = bytearray()
-    for y in range(height):
-        rows.append(0)
-        rows.extend(pixels[y * stride : (y + 1) * stride])
-    return b"".join(
-        [
-            b"\x89PNG\r\n\x1a\n",
-            _png_chunk(b"IHDR", pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)),
-            _png_chunk(b"IDAT", compress(bytes(rows))),
-            _png_chunk(b"IEND", b""),
-        ]
-    )
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    checksum = crc32(kind + data) & 0xFFFFFFFF
-    return pack(">I", len(data)) + kind + data + pack(">I", checksum)
 
 
 @dataclass
@@ -178,14 +155,10 @@ class DepthBuffer:
 
     def to_numpy(self):
         """float64 numpy array ``[H, W]``."""
-        import numpy as np
-
         return np.asarray(self.values, dtype=np.float64).reshape(self.height, self.width)
 
     @classmethod
     def from_numpy(cls, array) -> "DepthBuffer":
-        import numpy as np
-
         arr = np.asarray(array, dtype=np.float64)
         if arr.ndim != 2:
             raise PyGpuValueError(f"DepthBuffer.from_numpy: `array` must have shape [H, W], got {arr.shape}")

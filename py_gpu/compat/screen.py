@@ -1,12 +1,18 @@
-"""Screen-space seed classes from py_gpu 0.0.1, and their conversion to and from ``TriangleBatch``."""
+"""py_gpu 0.0.1's screen-space classes, and their conversions to and from ``TriangleBatch``.
+
+Both conversions live here (``RasterBatch.to_triangle_batch`` and ``RasterBatch.from_triangle_batch``):
+the core never imports this module.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from ._check import PyGpuTypeError, PyGpuValueError
+from .._check import PyGpuTypeError, PyGpuValueError
+from ..contracts import TriangleBatch
 from .buffers import ColorLike, as_rgb
 
 
@@ -57,13 +63,14 @@ class RasterBatch:
             batch = cache[key] = raster_batch_to_triangle_batch(self, dtype=dtype, device=device)
         return batch
 
+    @classmethod
+    def from_triangle_batch(cls, batch: TriangleBatch, index: int = 0) -> "RasterBatch":
+        """Element ``index`` of a screen-space ``TriangleBatch`` (see :func:`triangle_batch_to_raster_batch`)."""
+        return triangle_batch_to_raster_batch(batch, index)
+
 
 def raster_batch_to_triangle_batch(batch: RasterBatch, *, dtype: torch.dtype = torch.float64, device=None):
     """Seed ``RasterBatch`` -> ``TriangleBatch`` (3 unshared vertices per face, flat colors / 255)."""
-    import numpy as np
-
-    from .contracts import TriangleBatch
-
     if not isinstance(batch, RasterBatch):
         raise PyGpuTypeError(f"expected a RasterBatch, got {type(batch).__name__}")
     tris = batch.triangles
@@ -84,12 +91,14 @@ def raster_batch_to_triangle_batch(batch: RasterBatch, *, dtype: torch.dtype = t
     return TriangleBatch(vertices, faces, face_colors=face_colors)
 
 
-def triangle_batch_to_raster_batch(batch, index: int = 0) -> RasterBatch:
+def triangle_batch_to_raster_batch(batch: TriangleBatch, index: int = 0) -> RasterBatch:
     """``TriangleBatch`` element ``index`` -> seed ``RasterBatch``.
 
     The seed format has one flat color per triangle: per-vertex colors are averaged over the
     face's vertices. Colors are quantized to 0-255 with the raster rule.
     """
+    if not isinstance(batch, TriangleBatch):
+        raise PyGpuTypeError(f"to_raster_batch: expected a TriangleBatch, got {type(batch).__name__}")
     if batch.is_clip_space:
         raise PyGpuValueError("to_raster_batch: needs screen-space [B, V, 3] vertices, got clip space")
     if not 0 <= index < batch.batch_size:

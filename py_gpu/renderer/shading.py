@@ -1,0 +1,134 @@
+"""The ``Renderer``'s shading pass: G-buffer, textures, lights, composite, attachments.
+
+Built from the same :mod:`py_gpu.shading` functions as the tensor API: one interpolation
+kernel, one hard composite, one soft blend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .._check import PyGpuValueError
+from ..contracts import Fragments, Frame
+from ..mesh import face_normals
+from ..settings import BlendSettings, RasterSettings
+from ..shading.composite import at_slot, composite_hard, composite_soft
+from ..shading.interpolate import gather_face, interpolate_vertex
+from ..shading.lights import Material, gamma_encode, shade
+from ..shading.texture import Texture, atlas_uv, sample_texture, uv_derivatives
+from .geometry import FrameGeometry
+
+__all__ = ["ATTACHMENTS", "GBuffer", "gbuffer", "surface_color", "composite", "attachments"]
+
+#: Extra buffers a caller may ask for (``Frame.extras``), each ``[B, H, W, C]``.
+ATTACHMENTS = {
+    "normal": "float [B, H, W, 3] unit world-space shading normal (0 where empty)",
+    "position": "float [B, H, W, 3] world-space position (0 where empty)",
+    "uv": "float [B, H, W, 2] texture coordinates (0 where empty)",
+    "albedo": "float [B, H, W, 3] unlit surface color (0 where empty)",
+    "object_id": "int64 [B, H, W, 1] index of the handle in the render call (-1 where empty)",
+    "instance_id": "int64 [B, H, W, 1] instance index (-1 where empty)",
+    "material_id": "int64 [B, H, W, 1] material id (-1 where empty)",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class GBuffer:
+    """Per-fragment surface values, each ``[B, H, W, K, C]`` (0 where empty); ``material`` int64 ``[B, H, W, K]`` (-1)."""
+
+    frags: Fragments
+    position: torch.Tensor
+    normal: torch.Tensor
+    albedo: torch.Tensor
+    uv: torch.Tensor
+    material: torch.Tensor
+
+
+def gbuffer(frags: Fragments, geom: FrameGeometry, *, flat: bool) -> GBuffer:
+    """Interpolate positions, normals (face normals when ``flat``), colors and UVs at ``frags``."""
+    face, faces = frags.face_index, geom.faces
+
+    def interp(values: torch.Tensor) -> torch.Tensor:
+        return interpolate_vertex(values if values.dim() == 3 else values[None], faces, face, frags.bary)
+
+    if flat:
+        normal = gather_face(face_normals(geom.positions, faces), face)
+    else:
+        normal = interp(geom.normals)
+    normal = normal / normal.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    material = torch.where(face >= 0, geom.material_ids[face.clamp(min=0)], -1)
+    return GBuffer(frags, interp(geom.positions), normal, interp(geom.colors), interp(geom.uvs), material)
+
+
+def surface_color(g: GBuffer, eye: torch.Tensor, *, lights: Sequence, textures, atlas_rects, has_uvs: bool,
+                  material: Material | None, model: str, texture_filter: str, texture_wrap: str,
+                  gamma: float | None) -> torch.Tensor:
+    """float ``[B, H, W, K, 3]``: textured, lit, gamma-encoded color of every fragment (0 where empty)."""
+    albedo = g.albedo
+    if textures is not None:
+        albedo = albedo * _texture_factor(g, textures, atlas_rects, has_uvs, texture_filter, texture_wrap)
+    if model == "unlit" or not lights:
+        color = albedo
+    else:
+        color = shade(albedo, g.normal, g.position, eye, lights, model=model, material=material)
+    if gamma is not None:
+        color = gamma_encode(color, gamma)
+    return torch.where(g.frags.mask[..., None], color, torch.zeros((), dtype=color.dtype, device=color.device))
+
+
+def _texture_factor(g: GBuffer, textures, atlas_rects, has_uvs: bool, filt: str, wrap: str) -> torch.Tensor:
+    """float ``[B, H, W, K, 3]`` texture factor per fragment."""
+    where = "Renderer.render"
+    if not has_uvs:
+        raise PyGpuValueError(f"{where}: `textures` given but a mesh has no UVs")
+    mask, uv, mat = g.frags.mask, g.uv, g.material
+    kw = {}
+    if filt == "trilinear":
+        kw["uv_grad"] = torch.stack([uv_derivatives(uv[..., k, :], mask[..., k]) for k in range(mask.shape[-1])], 3)
+    if isinstance(textures, (list, tuple)):
+        out = torch.ones(*mask.shape, 3, dtype=uv.dtype, device=uv.device)
+        for m_id, tex in enumerate(textures):
+            sel = (mat == m_id)[..., None]
+            if tex is not None and bool(sel.any()):
+                out = torch.where(sel, _sample(tex, uv, filt, wrap, kw), out)
+        return out
+    if atlas_rects is not None:
+        rects = atlas_rects.to(uv.device, uv.dtype)
+        uv = atlas_uv(uv, mat.clamp(min=0, max=rects.shape[0] - 1), rects, wrap=wrap)
+        wrap = "clamp"
+    return _sample(textures, uv, filt, wrap, kw)
+
+
+def _sample(tex, uv: torch.Tensor, filt: str, wrap: str, kw: dict) -> torch.Tensor:
+    img = tex if isinstance(tex, Texture) else tex.to(uv.device, uv.dtype)
+    return sample_texture(img, uv, filter=filt, wrap=wrap, **kw)[..., :3]
+
+
+def composite(color: torch.Tensor, frags: Fragments, background, settings: RasterSettings,
+              blend: BlendSettings) -> tuple[Frame, torch.Tensor]:
+    """The frame (hard: nearest fragment; soft: blended) and the slot each pixel's attachments come from."""
+    if settings.mode == "soft":
+        return composite_soft(color, frags, background, settings, blend)
+    frame = composite_hard(color, frags, background)
+    return frame, torch.zeros_like(frame.face_index)
+
+
+def attachments(names: Sequence[str], g: GBuffer, geom: FrameGeometry, frame: Frame, slot: torch.Tensor) -> dict:
+    """``Frame.extras``: each requested attachment at the pixel's front fragment."""
+    covered = frame.face_index >= 0
+    top = frame.face_index.clamp(min=0)
+    values = {"normal": g.normal, "position": g.position, "uv": g.uv, "albedo": g.albedo}
+    ids = {"object_id": geom.object_ids, "material_id": geom.material_ids, "instance_id": geom.instance_ids}
+    extras = {}
+    for name in names:
+        if name in values:
+            extras[name] = at_slot(values[name], slot, covered)
+        else:
+            table = ids[name]
+            if table is None:  # no instancing: everything is instance 0
+                table = torch.zeros(geom.faces.shape[0], dtype=torch.int64, device=top.device)
+            extras[name] = torch.where(covered, table[top], -1)[..., None]
+    return extras
