@@ -13,15 +13,15 @@ import time
 
 import torch
 
-import py_gpu
-from py_gpu.backends import available_backends, torch_devices
-from py_gpu.compat import detect_gpu_packages
-from py_gpu.demo import render_demo
-from py_gpu.fixtures import SEED_BACKGROUND, seed_fixture
+from ._version import __version__
+from .backends import available_backends, torch_devices
+from .compat import detect_gpu_packages, select_backend
+from .demo import render_demo
+from .fixtures import SEED_BACKGROUND, seed_fixture
 
 
 def _info(args) -> int:
-    print(f"py_gpu {py_gpu.__version__} (torch {torch.__version__}, python {sys.version.split()[0]})")
+    print(f"py_gpu {__version__} (torch {torch.__version__}, python {sys.version.split()[0]})")
     print("backends (best first):")
     for s in available_backends():
         if s.name.endswith("-test"):
@@ -30,7 +30,7 @@ def _info(args) -> int:
         alias = f" [{', '.join(s.aliases)}]" if s.aliases else ""
         print(f"  {s.name}{alias}: {state}")
     try:
-        auto = py_gpu.select_backend("auto")
+        auto = select_backend("auto")
         print(f"auto -> {auto.capabilities.name}")
     except Exception as exc:  # pragma: no cover - reference always works
         print(f"auto -> none ({exc})")
@@ -40,7 +40,7 @@ def _info(args) -> int:
 
 
 def _seed(args) -> int:
-    backend = py_gpu.select_backend(args.backend)
+    backend = select_backend(args.backend)
     batch = seed_fixture(args.triangles, args.width, args.height, seed=args.seed)
     t0 = time.perf_counter()
     frame = backend.render(batch, args.width, args.height, background=SEED_BACKGROUND)

@@ -10,6 +10,7 @@ constructor and ``render(scene, camera, settings, target=None)`` call.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,8 +38,6 @@ def _py3d():
         if "HCURSOR" not in str(exc) or hasattr(wintypes, "HCURSOR"):
             raise
         wintypes.HCURSOR = wintypes.HANDLE
-        import sys
-
         for name in [m for m in sys.modules if m == "py_3d" or m.startswith("py_3d.")]:
             del sys.modules[name]
         import py_3d
