@@ -131,15 +131,14 @@ def run(report: Report, quick: bool) -> None:
         print(f"  suite_moderngl skipped: {reason}")
         return
     from py_gpu._gl import create_context, import_moderngl
-    from py_gpu.backends import select_backend
-    from py_gpu.backends.moderngl import ModernGLBackend
+    from py_gpu import ModernGLRasterBackend, select_backend
     from py_gpu.fixtures import SEED_BACKGROUND, seed_fixture
 
     moderngl = import_moderngl()
     width, height = 640, 360
     repeat = 5 if quick else 20
     ctx = create_context()
-    backend = ModernGLBackend(context=ctx)  # one context for all three GL paths: no context switches
+    backend = ModernGLRasterBackend(context=ctx)  # one context for all three GL paths: no context switches
     numpy_backend = select_backend("numpy")
     try:
         for faces in (1000, 10000):

@@ -16,7 +16,8 @@ from common import Report, fmt_ms, fmt_ratio, time_call
 from py_gpu.camera import Camera
 from py_gpu.contracts import TriangleBatch
 from py_gpu.mesh import MeshBatch, icosphere, torus
-from py_gpu.raster.clip import clip_batch
+from py_gpu.frontend import rasterize_batch
+from py_gpu.settings import RasterSettings
 from py_gpu.renderer import Renderer
 from py_gpu.shading.lights import AmbientLight, DirectionalLight
 
@@ -124,8 +125,7 @@ def _run_moderngl(report: Report, quick: bool, size, cases, cam, lights) -> None
         pos, faces_t = cpu_handle.positions, cpu_handle.faces
 
         def stage_general():
-            res = clip_batch(TriangleBatch(cam.world_to_clip(pos), faces_t))
-            res.unclip(gl.rasterize(res.batch, size))
+            rasterize_batch(gl, TriangleBatch(cam.world_to_clip(pos), faces_t), size, RasterSettings())
 
         def stage_persistent():
             gl.rasterize_geometry(handle._gpu, cam.matrix, size)

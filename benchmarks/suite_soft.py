@@ -14,7 +14,7 @@ import torch
 from py_gpu import RasterSettings, TriangleBatch
 from py_gpu.fixtures import mesh_fixture
 from py_gpu.raster.torch_soft import rasterize_soft
-from py_gpu.shading.blend import render_soft, silhouette
+from py_gpu.shading import render_soft, silhouette
 
 try:  # run as part of the package ``benchmarks`` or as a plain script directory
     from .common import Report, fmt_ms, peak_rss_mib, time_call

@@ -16,8 +16,9 @@ import math
 
 import torch
 
-from py_gpu import RasterSettings, TriangleBatch
-from py_gpu.shading.blend import render_soft
+from py_gpu import BlendSettings, RasterSettings, TriangleBatch
+from py_gpu.image import save_png
+from py_gpu.shading import render_soft
 
 SIZE = (64, 64)  # (H, W)
 DISTANCE = 3.0  # cube center on the +z axis, camera at the origin looking down +z
@@ -61,8 +62,8 @@ def render_pose(omega: torch.Tensor, sigma: float, gamma: float):
     rot = axis_angle_to_matrix(omega)
     cam = CORNERS.to(omega.dtype) @ rot.T + torch.tensor([0.0, 0.0, DISTANCE], dtype=omega.dtype)
     batch = TriangleBatch(project(cam)[None], FACES, face_colors=COLORS.to(omega.dtype)[None])
-    s = RasterSettings(mode="soft", sigma=sigma, gamma=gamma, faces_per_pixel=6)
-    return render_soft(batch, SIZE, background=(0.0, 0.0, 0.0), settings=s)
+    s = RasterSettings(mode="soft", sigma=sigma, faces_per_pixel=6)
+    return render_soft(batch, SIZE, background=(0.0, 0.0, 0.0), settings=s, blend_settings=BlendSettings(gamma=gamma))
 
 
 def rotation_error_deg(omega_a: torch.Tensor, omega_b: torch.Tensor) -> float:
@@ -115,13 +116,11 @@ def fit(steps: int = 200, offset_deg: float = 40.0, snapshots: bool = False):
 
 def save_png(path: str, shots) -> None:
     """A strip: the fit's progress, then the target."""
-    from py_gpu.buffers import FrameBuffer
-
     tiles = [render_pose(w, 0.3, 1e-3).image[0] for w in shots] + [render_pose(TARGET, 0.3, 1e-3).image[0]]
     tiles = [torch.nn.functional.pad(t, (0, 0, 2, 2, 2, 2), value=0.25) for t in tiles]
     strip = torch.cat(tiles, dim=1).repeat_interleave(3, dim=0).repeat_interleave(3, dim=1)  # 3x nearest
     strip = (strip.clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy()
-    FrameBuffer.from_numpy(strip).to_png(path)
+    save_png(path, strip)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import math
 import torch
 
 from py_gpu import RasterSettings, TriangleBatch
+from py_gpu.image import save_png
 from py_gpu.raster.torch_soft import rasterize_soft
 from py_gpu.shading.blend import silhouette
 
@@ -66,8 +67,6 @@ def fit(steps: int = 300, start: torch.Tensor = START, target: torch.Tensor = TA
 
 def save_png(path: str, shots) -> None:
     """A strip of silhouettes over the optimization (red: target outline area, white: current)."""
-    from py_gpu.buffers import FrameBuffer
-
     tiles = []
     target = soft_alpha(TARGET, 0.3)
     for _, corners in shots:
@@ -76,7 +75,7 @@ def save_png(path: str, shots) -> None:
         tiles.append(torch.nn.functional.pad(rgb, (0, 0, 2, 2, 2, 2), value=0.25))
     strip = torch.cat(tiles, dim=1).repeat_interleave(3, dim=0).repeat_interleave(3, dim=1)  # 3x nearest
     strip = (strip.clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy()
-    FrameBuffer.from_numpy(strip).to_png(path)
+    save_png(path, strip)
 
 
 def main() -> None:
