@@ -71,7 +71,9 @@ class _PerFrameVertices:
     and clips on the CPU and sends the vertices to GL every frame."""
 
     def __init__(self, backend):
-        self.rasterize = backend.rasterize
+        self.capabilities = backend.capabilities
+        for name in ("rasterize", "render_frame", "render_rgb8", "check_settings"):
+            setattr(self, name, getattr(backend, name))
 
 
 def _run_moderngl(report: Report, quick: bool, size, cases, cam, lights) -> None:
