@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from py_gpu import PyGpuValueError, TriangleBatch
-from py_gpu.backends.cpu import NumpyRasterBackend
+from py_gpu.backends.cpu import NumpyBackend
 from py_gpu.camera import Camera
 from py_gpu.raster.clip import clip_batch, clip_near
 from py_gpu.settings import RasterSettings
@@ -109,7 +109,7 @@ def test_ground_plane_no_holes_and_perspective_correct_positions():
     clip = cam.world_to_clip(pos)
     res = clip_batch(TriangleBatch(clip, faces), attributes={"world": pos[None]})
     assert res.num_clipped > 0
-    frags = NumpyRasterBackend().rasterize(res.batch, size, settings=RasterSettings())
+    frags = NumpyBackend().rasterize(res.batch, size, settings=RasterSettings())
     un = res.unclip(frags)
     face = un.face_index[0, ..., 0]
     # every pixel below the horizon sees the ground: the horizon row is where the view ray is level
@@ -147,7 +147,7 @@ def test_batch_elements_cut_differently_match_single_renders():
     clip = cam.world_to_clip(pos)
     colors = torch.rand(1, pos.shape[0], 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     out, fmap = clip_near(TriangleBatch(clip, faces, vertex_colors=colors))
-    backend = NumpyRasterBackend()
+    backend = NumpyBackend()
     both = backend.render_frame(out, (32, 32))
     for b in range(2):
         single, smap = clip_near(TriangleBatch(clip[b:b + 1], faces, vertex_colors=colors))

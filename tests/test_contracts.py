@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import py_gpu
-from py_gpu import Fragments, Frame, RasterBatch, RasterSettings, ScreenTriangle, ScreenVertex, TriangleBatch
+from py_gpu import BlendSettings, Fragments, Frame, FrameBuffer, RasterBatch, RasterSettings, ScreenTriangle, ScreenVertex, TriangleBatch
 
 TRI = torch.tensor([[[0.0, 0.0, 0.5], [4.0, 0.0, 0.5], [0.0, 4.0, 0.5]]])
 FACES = torch.tensor([[0, 1, 2]])
@@ -111,17 +111,33 @@ def test_seed_triangle_color_length():
     [
         ({"sigma": 0.0}, ValueError),
         ({"sigma": -1.0}, ValueError),
-        ({"gamma": 0.0}, ValueError),
         ({"faces_per_pixel": 0}, ValueError),
         ({"faces_per_pixel": 2.5}, TypeError),
         ({"mode": "blurry"}, ValueError),
         ({"memory_budget": 0}, ValueError),
-        ({"znear": 1.0, "zfar": 1.0}, ValueError),
+        ({"cutoff": 0.5}, ValueError),
+        ({"cull_backfaces": 1}, TypeError),
     ],
 )
 def test_settings_validation(kwargs, exc):
     with pytest.raises(exc):
         RasterSettings(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc",
+    [
+        ({"gamma": 0.0}, ValueError),
+        ({"gamma": math.nan}, ValueError),
+        ({"gamma": "0.1"}, TypeError),
+        ({"znear": 1.0, "zfar": 1.0}, ValueError),
+        ({"zfar": math.inf}, ValueError),
+        ({"background_epsilon": -1e-3}, ValueError),
+    ],
+)
+def test_blend_settings_validation(kwargs, exc):
+    with pytest.raises(exc):
+        BlendSettings(**kwargs)
 
 
 def test_exact_backends_refuse_soft_mode():
@@ -144,7 +160,7 @@ def test_frame_and_fragments_properties():
     assert frame.size == (4, 6) and frame.batch_size == 1
     assert frame.to_uint8().dtype == torch.uint8
     assert frame.to_numpy().shape == (1, 4, 6, 3)
-    fb = frame.to_framebuffer()
+    fb = FrameBuffer.from_frame(frame)
     assert fb.get_pixel(0, 0) == (255, 128, 0)
     assert fb.get_pixel(5, 3) == (0, 0, 0)
     frags = py_gpu.select_backend("numpy").rasterize(TriangleBatch(TRI, FACES), (4, 6))

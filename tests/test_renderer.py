@@ -12,7 +12,7 @@ from py_gpu import BackendUnavailableError, PyGpuTypeError, PyGpuValueError
 from py_gpu.camera import Camera, axis_angle_to_matrix, perspective, rotation_angle, view_from_pose
 from py_gpu.mesh import MeshBatch, cube, plane, torus, uv_sphere
 from py_gpu.renderer import Renderer
-from py_gpu.settings import RasterSettings
+from py_gpu.settings import BlendSettings, RasterSettings
 from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
 from py_gpu.shading.texture import sample_texture
 
@@ -242,7 +242,7 @@ def test_moderngl_release_frees_gl_buffers(gl_renderer):
     a, b = r.upload(cube(1.0)), r.upload(_move(uv_sphere(6, 12, 0.5), x=1.2))
     r.render([a, b], cam)  # merged scene: its own GL buffers
     r.render(a, cam)
-    meshes = [a._gpu, b._gpu, r._scene([a, b])._gpu]
+    meshes = [a._gpu, b._gpu, r._scene.resolve([a, b])._gpu]
     held = len(gl.gl_objects())
     per_mesh = [len(m.objects()) for m in meshes]
     assert all(n >= 1 for n in per_mesh)
@@ -334,7 +334,7 @@ def _multiscale_mse(a: torch.Tensor, b: torch.Tensor, levels: int = 3) -> torch.
 def test_camera_fit_soft_from_20_degrees_and_20_percent_off():
     """Soft mode (silhouette + softmax-blended color): pose and position recovered from one image."""
     r = Renderer((48, 48), backend="torch", dtype=torch.float64,
-                 settings=RasterSettings(mode="soft", sigma=1.0, gamma=1e-2, faces_per_pixel=4))
+                 settings=RasterSettings(mode="soft", sigma=1.0, faces_per_pixel=4), blend=BlendSettings(gamma=1e-2))
     h = r.upload([_field(cube(1.0), 0.0), _field(_move(uv_sphere(8, 12, 0.45), x=1.1, y=0.3), 1.0),
                   _field(_move(torus(0.5, 0.15, 16, 8), x=-1.0, y=-0.2, z=0.3), 2.0)])
     proj = perspective(50.0, 1.0, 0.5, 10.0, dtype=torch.float64)

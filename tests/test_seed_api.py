@@ -50,16 +50,16 @@ def test_round_trip_raster_batch_triangle_batch():
     rb = seed_fixture(20, 64, 48)
     tb = rb.to_triangle_batch()
     assert tb.vertices.shape == (1, 60, 3) and tb.faces.shape == (20, 3)
-    back = tb.to_raster_batch()
+    back = RasterBatch.from_triangle_batch(tb)
     assert back == rb  # dataclass equality: same vertices and colors
-    tb2 = TriangleBatch.from_raster_batch(rb, dtype=torch.float32)
+    tb2 = rb.to_triangle_batch(dtype=torch.float32)
     assert tb2.dtype == torch.float32
 
 
 def test_to_raster_batch_averages_vertex_colors():
     v = torch.tensor([[[0.0, 0.0, 1.0], [4.0, 0.0, 1.0], [0.0, 4.0, 1.0]]])
     tb = TriangleBatch(v, torch.tensor([[0, 1, 2]]), vertex_colors=torch.tensor([[[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]]]))
-    rb = tb.to_raster_batch()
+    rb = RasterBatch.from_triangle_batch(tb)
     assert rb.triangles[0].color == (85, 85, 85)
 
 

@@ -12,11 +12,12 @@ import torch
 from hypothesis import given, settings as hsettings, strategies as st
 
 import py_gpu
-from py_gpu import MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
+from py_gpu import BlendSettings, MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
 from py_gpu.fixtures import grid_fixture, mesh_fixture
 from py_gpu.raster.soft_oracle import rasterize_soft_oracle
 from py_gpu.raster.torch_soft import rasterize_soft, soft_geometry
-from py_gpu.shading.blend import blend_weights, coverage, render_soft, silhouette
+from py_gpu.shading.blend import blend_weights, coverage, silhouette
+from py_gpu.shading.composite import render_soft
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-5  # float64 agreement with the oracle, values and gradients
@@ -50,9 +51,13 @@ def random_scene(seed: int, faces: int = 6, size=(12, 16), *, clip: bool = False
 
 
 def soft(**kw) -> RasterSettings:
-    base = dict(mode="soft", sigma=2.0, gamma=0.1, faces_per_pixel=6)
+    base = dict(mode="soft", sigma=2.0, faces_per_pixel=6)
     base.update(kw)
     return RasterSettings(**base)
+
+
+def blending(gamma: float = 0.1) -> BlendSettings:
+    return BlendSettings(gamma=gamma)
 
 
 def assert_fragments_match(a, b, tol=TOL) -> None:
@@ -210,25 +215,25 @@ def test_empty_scene_and_culling():
 # ---- blending formulas -------------------------------------------------------------------------
 def test_blend_formulas_written_out():
     batch = random_scene(5, colors="face")
-    s = soft(gamma=0.05)
+    s, bs = soft(), blending(0.05)
     frags = rasterize_soft(batch, (12, 16), s)
     m = frags.mask
     D = torch.where(m, torch.sigmoid(frags.dist / s.sigma), torch.zeros_like(frags.dist))
     alpha = 1 - torch.prod(1 - D, dim=-1)
-    frame = render_soft(batch, (12, 16), background=(0.1, 0.2, 0.3), settings=s)
+    frame = render_soft(batch, (12, 16), background=(0.1, 0.2, 0.3), settings=s, blend_settings=bs)
     assert torch.allclose(frame.alpha[..., 0], alpha, atol=1e-12)
     assert torch.allclose(silhouette(frags, s)[..., 0], alpha, atol=1e-12)
     # PyTorch3D's softmax_rgb_blend, spelled out with exp
-    eps = s.background_epsilon
-    z = torch.where(m, (s.zfar - frags.depth) / (s.zfar - s.znear), torch.zeros_like(D))
+    eps = bs.background_epsilon
+    z = torch.where(m, (bs.zfar - frags.depth) / (bs.zfar - bs.znear), torch.zeros_like(D))
     z_max = z.amax(-1, keepdim=True).clamp(min=eps)
-    w = D * torch.exp((z - z_max) / s.gamma)
-    delta = torch.clamp(torch.exp((eps - z_max) / s.gamma), min=eps)
+    w = D * torch.exp((z - z_max) / bs.gamma)
+    delta = torch.clamp(torch.exp((eps - z_max) / bs.gamma), min=eps)
     col = batch.face_colors[0][frags.face_index.clamp(min=0)] * m[..., None]
     bg = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
     image = ((w[..., None] * col).sum(-2) + delta * bg) / (w.sum(-1, keepdim=True) + delta)
     assert torch.allclose(frame.image, image, atol=1e-12)
-    weights, w_bg = blend_weights(frags, s)
+    weights, w_bg = blend_weights(frags, s, bs)
     assert torch.allclose(weights.sum(-1) + w_bg, torch.ones_like(w_bg))
 
 
@@ -251,12 +256,13 @@ def test_nearest_covering_face_and_depth():
 @pytest.mark.parametrize("clip,colors", [(False, "vertex"), (False, "face"), (True, "vertex")])
 def test_gradients_match_oracle(clip, colors):
     """Push the same random upstream gradient through the fast path and the oracle."""
-    s = soft(gamma=0.05)
+    s, bs = soft(), blending(0.05)
     g = torch.Generator().manual_seed(11)
     results = []
     for rasterizer in (rasterize_soft, rasterize_soft_oracle):
         batch = random_scene(4, clip=clip, colors=colors, batch=2, requires_grad=True)
-        frame = render_soft(batch, (12, 16), background=(0.3, 0.1, 0.2), settings=s, rasterizer=rasterizer)
+        frame = render_soft(batch, (12, 16), background=(0.3, 0.1, 0.2), settings=s, blend_settings=bs,
+                            rasterizer=rasterizer)
         frags = rasterizer(batch, (12, 16), s)
         g.manual_seed(11)
         up = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in (frame.image, frame.alpha, frags.dist, frags.bary)]
@@ -277,12 +283,13 @@ def test_gradients_match_oracle(clip, colors):
 def test_gradcheck_render_soft(clip):
     """float64 gradcheck wrt vertex x, y, depth (and w) and colors. The cutoff is tiny so that
     every face reaches every pixel: no footprint boundary moves under the finite differences."""
-    s = soft(sigma=3.0, gamma=0.2, faces_per_pixel=3, cutoff=1e-30)
+    s, bs = soft(sigma=3.0, faces_per_pixel=3, cutoff=1e-30), blending(0.2)
     batch = random_scene(21, faces=3, size=(5, 6), clip=clip)
     verts, cols, faces = batch.vertices.clone(), batch.vertex_colors.clone(), batch.faces
 
     def fn(v, c):
-        frame = render_soft(TriangleBatch(v, faces, vertex_colors=c), (5, 6), background=(0.2, 0.5, 0.1), settings=s)
+        frame = render_soft(TriangleBatch(v, faces, vertex_colors=c), (5, 6), background=(0.2, 0.5, 0.1), settings=s,
+                            blend_settings=bs)
         return frame.image, frame.alpha
 
     torch.autograd.gradcheck(fn, (verts.requires_grad_(True), cols.requires_grad_(True)), eps=1e-6, atol=1e-6, rtol=1e-4)
@@ -308,7 +315,7 @@ def test_small_sigma_matches_hard_mode(snap):
     hard = py_gpu.select_backend("numpy").rasterize(batch, size).face_index[..., 0]
     s = RasterSettings(mode="soft", sigma=1e-6)
     frags = rasterize_soft(batch, size, s)
-    weights, w_bg = blend_weights(frags, s)
+    weights, w_bg = blend_weights(frags, s, BlendSettings())
     best = weights.argmax(-1, keepdim=True)
     argmax_face = torch.where(weights.gather(-1, best)[..., 0] > w_bg, frags.face_index.gather(-1, best)[..., 0], -1)
     frame = render_soft(batch, size, settings=s)
@@ -332,10 +339,10 @@ def _torch_backend_or_skip():
 def test_public_render_and_rasterize_route_to_soft_mode():
     _torch_backend_or_skip()
     batch = random_scene(8, colors="vertex")
-    kw = dict(sigma=1.5, gamma=0.05, faces_per_pixel=4)
+    kw = dict(sigma=1.5, faces_per_pixel=4)
     s = soft(**kw)
-    frame = py_gpu.render(batch, (12, 16), mode="soft", background=(0.1, 0.2, 0.3), **kw)
-    ref = render_soft(batch, (12, 16), background=(0.1, 0.2, 0.3), settings=s)
+    frame = py_gpu.render(batch, (12, 16), mode="soft", background=(0.1, 0.2, 0.3), gamma=0.05, **kw)
+    ref = render_soft(batch, (12, 16), background=(0.1, 0.2, 0.3), settings=s, blend_settings=blending(0.05))
     for a, b in [(frame.image, ref.image), (frame.alpha, ref.alpha)]:
         assert torch.allclose(a, b, atol=1e-12)
     assert torch.equal(frame.face_index, ref.face_index)
@@ -363,7 +370,7 @@ def test_public_render_soft_gradcheck():
                                       (dict(faces_per_pixel=0), "faces_per_pixel")])
 def test_bad_parameters_raise(kw, match):
     with pytest.raises(PyGpuValueError, match=match):
-        RasterSettings(mode="soft", **kw)
+        (BlendSettings if "gamma" in kw else RasterSettings)(**kw)
     with pytest.raises(PyGpuValueError, match=match):
         py_gpu.render(random_scene(0), (12, 16), mode="soft", **kw)
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import py_gpu
 from py_gpu import MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
 from py_gpu.backends.torch_backend import TorchBackend
+from py_gpu.compat import TorchRasterBackend
 from py_gpu.fixtures import SEED_BACKGROUND, grid_fixture, mesh_fixture, seed_fixture
 from py_gpu.raster.reference import rasterize_reference
 from py_gpu.raster.torch_hard import rasterize_hard
@@ -51,7 +52,7 @@ def test_seed_fixture_parity(device):
     assert got.face_index.device.type == device.type
     _assert_same_fragments(got, want, exact_floats=device.type != "mps")
     # the seed protocol: identical 8-bit frame
-    fb = TorchBackend(device=device).render(seed_fixture(1000), SEED_SIZE[1], SEED_SIZE[0], background=SEED_BACKGROUND)
+    fb = TorchRasterBackend(device=device).render(seed_fixture(1000), SEED_SIZE[1], SEED_SIZE[0], background=SEED_BACKGROUND)
     assert bytes(fb.pixels) == bytes(want_fb.pixels)
 
 
@@ -258,7 +259,7 @@ def test_bad_input_errors():
         py_gpu.rasterize(mesh_fixture("icosphere", 20, 8, 8), size="big")
     with pytest.raises(PyGpuValueError, match="positive"):
         py_gpu.rasterize(mesh_fixture("icosphere", 20, 8, 8), size=(0, 8))
-    with pytest.raises(PyGpuTypeError, match="RasterBatch"):
+    with pytest.raises(PyGpuTypeError, match="TriangleBatch"):
         py_gpu.rasterize([1, 2, 3], size=(8, 8))
     with pytest.raises(PyGpuValueError, match="device"):
         TorchBackend(device="not-a-device")
