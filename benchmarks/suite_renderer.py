@@ -15,7 +15,8 @@ import torch
 from common import Report, fmt_ms, fmt_ratio, time_call
 from py_gpu.camera import Camera
 from py_gpu.contracts import TriangleBatch
-from py_gpu.mesh import MeshBatch, icosphere, torus
+from py_gpu.mesh import MeshBatch
+from py_gpu.shapes import icosphere, torus
 from py_gpu.frontend import rasterize_batch
 from py_gpu.settings import RasterSettings
 from py_gpu.renderer import Renderer

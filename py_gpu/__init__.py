@@ -38,6 +38,7 @@ from .compat import (
 )
 from .contracts import Fragments, Frame, TriangleBatch
 from .frontend import interpolate, rasterize, render
+from . import shapes
 from .mesh import MeshBatch
 from .renderer import Renderer
 from .settings import BlendSettings, RasterSettings
@@ -59,6 +60,7 @@ __all__ = [
     # world space
     "Camera",
     "MeshBatch",
+    "shapes",
     "Renderer",
     # backends
     "Backend",

@@ -14,7 +14,7 @@ from PIL import Image
 
 from ._check import PyGpuValueError, check_size
 from .camera import Camera
-from .mesh import cube, plane, torus, uv_sphere
+from .shapes import cube, plane, torus, uv_sphere
 from .renderer import Renderer
 from .shading.lights import AmbientLight, DirectionalLight, Material, PointLight
 from .shading.texture import Texture

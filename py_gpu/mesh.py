@@ -1,4 +1,4 @@
-"""World-space meshes: ``MeshBatch``, procedural shapes, OBJ input/output, trimesh interop.
+"""World-space meshes: ``MeshBatch``, OBJ input/output, trimesh interop (shapes: ``py_gpu.shapes``).
 
 Winding: front faces are counter-clockwise seen from outside (right-handed), so their normals
 ``(v1 - v0) x (v2 - v0)`` point outward. UVs: ``(u, v)`` with u to the right and **v up**
@@ -195,106 +195,10 @@ def concat_meshes(meshes: list[MeshBatch]) -> MeshBatch:
                      cat("normals", 3), cat("uvs", 2), cat("colors", None), mats)
 
 
-# ---- procedural meshes ---------------------------------------------------------------------------
-def _mesh(v, f, n=None, uv=None, dtype=torch.float32, device=None) -> MeshBatch:
+def mesh_from_arrays(v, f, n=None, uv=None, dtype=torch.float32, device=None) -> MeshBatch:
+    """A ``MeshBatch`` from array-likes (positions, faces, optional normals and UVs)."""
     to = lambda a: None if a is None else torch.as_tensor(np.asarray(a, dtype=np.float64)).to(dtype=dtype, device=device)  # noqa: E731
     return MeshBatch(to(v), torch.as_tensor(np.asarray(f, dtype=np.int64), device=device), to(n), to(uv))
-
-
-def cube(size: float = 1.0, *, dtype=torch.float32, device=None) -> MeshBatch:
-    """Axis-aligned cube of edge ``size`` centered at the origin: 24 vertices (4 per side, flat
-    normals), 12 faces, each side mapped to the full ``[0, 1]^2`` UV square."""
-    h = size / 2.0
-    # (normal, u axis, v axis) per side, u x v = normal so corners run counter-clockwise
-    sides = [((1, 0, 0), (0, 0, -1), (0, 1, 0)), ((-1, 0, 0), (0, 0, 1), (0, 1, 0)),
-             ((0, 1, 0), (1, 0, 0), (0, 0, -1)), ((0, -1, 0), (1, 0, 0), (0, 0, 1)),
-             ((0, 0, 1), (1, 0, 0), (0, 1, 0)), ((0, 0, -1), (-1, 0, 0), (0, 1, 0))]
-    v, n, uv, f = [], [], [], []
-    for s, (nn, uu, vv) in enumerate(sides):
-        nn, uu, vv = np.array(nn, float), np.array(uu, float), np.array(vv, float)
-        for a, b in ((0, 0), (1, 0), (1, 1), (0, 1)):
-            v.append(h * (nn + (2 * a - 1) * uu + (2 * b - 1) * vv))
-            n.append(nn)
-            uv.append((a, b))
-        o = 4 * s
-        f += [(o, o + 1, o + 2), (o, o + 2, o + 3)]
-    return _mesh(v, f, n, uv, dtype, device)
-
-
-def plane(size: float = 1.0, subdivisions: int = 1, *, dtype=torch.float32, device=None) -> MeshBatch:
-    """Square in the y = 0 plane facing +Y, edge ``size``, centered at the origin, split into
-    ``subdivisions^2`` quads (2 faces each). UV (0, 0) at (-x, +z), (1, 1) at (+x, -z)."""
-    n = int(subdivisions)
-    if n < 1:
-        raise PyGpuValueError(f"plane: `subdivisions` must be >= 1, got {subdivisions}")
-    t = np.linspace(0.0, 1.0, n + 1)
-    uu, vv = np.meshgrid(t, t, indexing="xy")  # [n+1, n+1], rows = v
-    v = np.stack([(uu - 0.5) * size, np.zeros_like(uu), (0.5 - vv) * size], -1).reshape(-1, 3)
-    uv = np.stack([uu, vv], -1).reshape(-1, 2)
-    idx = lambda i, j: i * (n + 1) + j  # noqa: E731  (row i = v, column j = u)
-    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    i, j = i.ravel(), j.ravel()
-    a, b, c, d = idx(i, j), idx(i, j + 1), idx(i + 1, j + 1), idx(i + 1, j)
-    f = np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)])
-    normals = np.tile([0.0, 1.0, 0.0], (len(v), 1))
-    return _mesh(v, f, normals, uv, dtype, device)
-
-
-def uv_sphere(rings: int = 16, segments: int = 32, radius: float = 1.0, *, dtype=torch.float32, device=None) -> MeshBatch:
-    """Latitude/longitude sphere with a UV seam (duplicated column at u = 1) and exact normals.
-
-    ``u`` runs with longitude (around +Y), ``v`` from 0 at the south pole to 1 at the north pole.
-    """
-    if rings < 2 or segments < 3:
-        raise PyGpuValueError(f"uv_sphere: need rings >= 2 and segments >= 3, got {rings}, {segments}")
-    u = np.linspace(0.0, 1.0, segments + 1)
-    vv = np.linspace(0.0, 1.0, rings + 1)
-    U, V = np.meshgrid(u, vv, indexing="xy")  # [rings+1, segments+1]
-    theta = U * 2 * np.pi
-    phi = (V - 0.5) * np.pi
-    n = np.stack([np.cos(phi) * np.sin(theta), np.sin(phi), np.cos(phi) * np.cos(theta)], -1).reshape(-1, 3)
-    uv = np.stack([U, V], -1).reshape(-1, 2)
-    cols = segments + 1
-    i, j = np.meshgrid(np.arange(rings), np.arange(segments), indexing="ij")
-    i, j = i.ravel(), j.ravel()
-    a, b, c, d = i * cols + j, i * cols + j + 1, (i + 1) * cols + j + 1, (i + 1) * cols + j
-    f = np.concatenate([np.stack([a, b, c], 1)[i > 0], np.stack([a, c, d], 1)[i < rings - 1]])
-    return _mesh(n * radius, f, n, uv, dtype, device)
-
-
-def icosphere(level: int = 2, radius: float = 1.0, *, dtype=torch.float32, device=None) -> MeshBatch:
-    """Geodesic sphere with ``20 * 4**level`` faces and exact normals (no UVs: it has no seam)."""
-    from .fixtures import icosphere as _ico
-
-    if level < 0 or level > 8:
-        raise PyGpuValueError(f"icosphere: `level` must be in 0..8, got {level}")
-    v, f = _ico(int(level))
-    # fixtures' winding: make faces counter-clockwise seen from outside
-    tri = v[f]
-    outward = (np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]) * tri.mean(1)).sum(-1) > 0
-    f = np.where(outward[:, None], f, f[:, [0, 2, 1]])
-    return _mesh(v * radius, f, v, None, dtype, device)
-
-
-def torus(major_radius: float = 1.0, minor_radius: float = 0.35, major_segments: int = 32, minor_segments: int = 16,
-          *, dtype=torch.float32, device=None) -> MeshBatch:
-    """Torus around the +Y axis with UVs (u around the ring, v around the tube; seams duplicated)."""
-    if major_segments < 3 or minor_segments < 3:
-        raise PyGpuValueError("torus: need at least 3 segments each way")
-    u = np.linspace(0.0, 1.0, major_segments + 1)
-    w = np.linspace(0.0, 1.0, minor_segments + 1)
-    U, Wt = np.meshgrid(u, w, indexing="ij")  # [maj+1, min+1]
-    a, b = U * 2 * np.pi, Wt * 2 * np.pi
-    center = np.stack([np.sin(a), np.zeros_like(a), np.cos(a)], -1) * major_radius
-    n = np.stack([np.cos(b) * np.sin(a), np.sin(b), np.cos(b) * np.cos(a)], -1)
-    v = (center + minor_radius * n).reshape(-1, 3)
-    uv = np.stack([U, Wt], -1).reshape(-1, 2)
-    cols = minor_segments + 1
-    i, j = np.meshgrid(np.arange(major_segments), np.arange(minor_segments), indexing="ij")
-    i, j = i.ravel(), j.ravel()
-    q0, q1, q2, q3 = i * cols + j, (i + 1) * cols + j, (i + 1) * cols + j + 1, i * cols + j + 1
-    f = np.concatenate([np.stack([q0, q1, q2], 1), np.stack([q0, q2, q3], 1)])
-    return _mesh(v, f, n.reshape(-1, 3), uv, dtype, device)
 
 
 # ---- OBJ -------------------------------------------------------------------------------------------
@@ -354,7 +258,7 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
                     raise
                 raise PyGpuValueError(f"{where}: {path}:{line_no}: cannot parse {raw.strip()!r}") from None
     if not corner_list:  # a point cloud: keep the positions
-        return _mesh(np.asarray(pos, float).reshape(-1, 3), np.zeros((0, 3), np.int64), None, None, dtype, device)
+        return mesh_from_arrays(np.asarray(pos, float).reshape(-1, 3), np.zeros((0, 3), np.int64), None, None, dtype, device)
     c = np.asarray(corner_list)
     P = np.asarray(pos, float)[c[:, 0]]
     has_uv = bool((c[:, 1] >= 0).all()) and len(tex) > 0
@@ -363,7 +267,7 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
     n = np.asarray(nrm, float)[c[:, 2]] if has_n else None
     if n is not None:
         n = n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-20)
-    mesh = _mesh(P, faces, n, uv, dtype, device)
+    mesh = mesh_from_arrays(P, faces, n, uv, dtype, device)
     if len(mat_names) > 1:
         mesh = replace(mesh, material_ids=torch.tensor(mats, dtype=torch.int64, device=device))
     return mesh
@@ -408,7 +312,7 @@ def from_trimesh(tm, *, dtype=torch.float32, device=None) -> MeshBatch:
     """A ``MeshBatch`` from a ``trimesh.Trimesh`` (positions, faces, vertex normals, UVs when present)."""
     _trimesh()
     uv = getattr(getattr(tm, "visual", None), "uv", None)
-    return _mesh(np.asarray(tm.vertices), np.asarray(tm.faces), np.asarray(tm.vertex_normals),
+    return mesh_from_arrays(np.asarray(tm.vertices), np.asarray(tm.faces), np.asarray(tm.vertex_normals),
                  None if uv is None else np.asarray(uv), dtype, device)
 
 

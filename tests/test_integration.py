@@ -6,19 +6,19 @@ import pytest
 import torch
 
 import py_gpu
-from py_gpu.fixtures import icosphere
+from py_gpu.shapes import icosphere
 
 
 def _inside_sphere(dtype=torch.float64, requires_grad=False):
     """A camera at the center of a closed sphere: every face crosses or faces the near plane."""
-    v, f = icosphere(2)
-    pos = torch.from_numpy(v * 3.0).to(dtype)
+    sphere = icosphere(2, 3.0, dtype=dtype)
+    pos, f = sphere.positions, sphere.faces
     near, far = 0.1, 10.0
     x, y, z = pos[:, 0], pos[:, 1], pos[:, 2]
     clip = torch.stack([x, y, far * (-z - near) / (far - near), -z], -1)[None]
     clip = clip.detach().requires_grad_(requires_grad)
     colors = torch.rand(1, f.shape[0], 3, generator=torch.Generator().manual_seed(0), dtype=dtype)
-    return py_gpu.TriangleBatch(clip, torch.from_numpy(f), face_colors=colors), clip
+    return py_gpu.TriangleBatch(clip, f, face_colors=colors), clip
 
 
 @pytest.mark.parametrize("backend", ["reference", "numpy", "torch"])

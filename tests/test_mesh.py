@@ -1,4 +1,4 @@
-"""MeshBatch, procedural meshes (outward counter-clockwise winding), OBJ round trips, trimesh interop."""
+"""MeshBatch, normals, OBJ round trips, trimesh interop (the shapes: tests/test_shapes.py)."""
 
 from __future__ import annotations
 
@@ -8,48 +8,8 @@ import pytest
 import torch
 
 from py_gpu import PyGpuTypeError, PyGpuValueError
-from py_gpu.mesh import (
-    MeshBatch,
-    concat_meshes,
-    cube,
-    from_trimesh,
-    icosphere,
-    load_obj,
-    plane,
-    save_obj,
-    to_trimesh,
-    torus,
-    uv_sphere,
-    vertex_normals,
-)
-
-SHAPES = {
-    "cube": lambda: cube(2.0),
-    "plane": lambda: plane(2.0, 3),
-    "uv_sphere": lambda: uv_sphere(8, 12),
-    "icosphere": lambda: icosphere(1),
-    "torus": lambda: torus(1.0, 0.3, 12, 8),
-}
-
-
-@pytest.mark.parametrize("name", sorted(SHAPES))
-def test_procedural_winding_is_outward_and_normals_unit(name):
-    mesh = SHAPES[name]()
-    fn = mesh.face_normals()
-    vn = mesh.normals[mesh.faces].mean(1)
-    assert bool(((fn * vn).sum(-1) > 0.5).all()), "faces must be counter-clockwise seen from outside"
-    assert torch.allclose(mesh.normals.norm(dim=-1), torch.ones(mesh.num_vertices), atol=1e-5)
-    if mesh.uvs is not None:
-        assert float(mesh.uvs.min()) >= 0.0 and float(mesh.uvs.max()) <= 1.0
-
-
-def test_closed_meshes_have_zero_signed_volume_error():
-    # a closed outward mesh's divergence-theorem volume is positive and near the true one
-    for mesh, volume in ((cube(2.0), 8.0), (icosphere(3), 4.18879)):
-        tri = mesh.positions[mesh.faces].double()
-        vol = (torch.cross(tri[:, 0], tri[:, 1], dim=-1) * tri[:, 2]).sum() / 6.0
-        assert vol.item() == pytest.approx(volume, rel=0.02)
-
+from py_gpu.mesh import MeshBatch, concat_meshes, from_trimesh, load_obj, save_obj, to_trimesh, vertex_normals
+from py_gpu.shapes import cube, icosphere, plane, torus
 
 def test_smooth_normals_computed_and_differentiable():
     base = icosphere(1, dtype=torch.float64)

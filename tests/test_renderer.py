@@ -10,7 +10,8 @@ import torch
 
 from py_gpu import BackendUnavailableError, PyGpuTypeError, PyGpuValueError
 from py_gpu.camera import Camera, axis_angle_to_matrix, perspective, rotation_angle, view_from_pose
-from py_gpu.mesh import MeshBatch, cube, plane, torus, uv_sphere
+from py_gpu.mesh import MeshBatch
+from py_gpu.shapes import cube, plane, torus, uv_sphere
 from py_gpu.renderer import Renderer
 from py_gpu.settings import BlendSettings, RasterSettings
 from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
