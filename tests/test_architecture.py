@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import re
 from pathlib import Path
@@ -18,21 +19,20 @@ from py_gpu._check import BackendUnavailableError, PyGpuValueError
 
 PACKAGE = Path(py_gpu.__file__).parent
 
+ROOT = PACKAGE.parent
+
+
+def _tool():
+    """tools/architecture.py, the one list of layers (it also draws docs/architecture.md's picture)."""
+    spec = importlib.util.spec_from_file_location("architecture_tool", ROOT / "tools" / "architecture.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+TOOL = _tool()
 #: Layers from the bottom up; a module may import only from its own layer or lower ones.
-LAYERS = [
-    {"py_gpu._version", "py_gpu._check"},
-    {"py_gpu.settings", "py_gpu.image"},
-    {"py_gpu.contracts"},
-    {"py_gpu.raster", "py_gpu.mesh", "py_gpu.shapes", "py_gpu.camera"},
-    {"py_gpu.shading"},
-    {"py_gpu._gl", "py_gpu.backends"},
-    {"py_gpu.frontend"},
-    {"py_gpu.renderer"},
-    {"py_gpu.compat"},
-    {"py_gpu.fixtures", "py_gpu.adapters", "py_gpu.demo"},
-    {"py_gpu.cli"},
-    {"py_gpu"},
-]
+LAYERS = [set(prefixes) for _, prefixes in TOOL.LAYERS]
 #: Third-party modules that are optional, the only ones a function may import.
 OPTIONAL = {"moderngl", "py_3d", "trimesh", "imageio", "imageio.v2", "PIL", "matplotlib", "matplotlib.pyplot",
             "ctypes.wintypes", "tqdm"}
@@ -294,3 +294,14 @@ def test_renderer_refuses_the_meta_device():
 def test_unknown_backend_object_is_refused_clearly():
     with pytest.raises(TypeError, match="backend"):
         Renderer((8, 8), backend=object())
+
+
+def test_architecture_doc_lists_every_module_as_it_is():
+    """docs/architecture.md's module list is the one tools/architecture.py writes from the code;
+    its picture exists."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    listed = doc.split(TOOL.BEGIN, 1)[1].split(TOOL.END, 1)[0]
+    assert listed.strip() == TOOL.module_table().strip(), "run: python tools/architecture.py"
+    for module in TOOL.modules():
+        assert f"`{module}`" in listed
+    assert (ROOT / "docs" / "img" / "architecture.png").stat().st_size > 10_000
