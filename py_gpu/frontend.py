@@ -64,14 +64,21 @@ def _batch(where: str, batch) -> TriangleBatch:
 
 
 # ---- the one path ------------------------------------------------------------------------------
-def near_clip(batch: TriangleBatch) -> ClipResult | None:
-    """The near-plane clip of a clip-space batch (None for screen space): the only place that clips."""
-    return clip_batch(batch) if batch.is_clip_space else None
+def guard_band(size) -> float:
+    """The clip-space guard band ``G`` for an ``(H, W)`` image: ``|x|, |y| <= G w`` keeps every screen
+    coordinate within 2**18 px, well inside the exact backends' integer edge-function range."""
+    return max(1.0, float(2**19) / max(size))
+
+
+def near_clip(batch: TriangleBatch, size) -> ClipResult | None:
+    """The clip of a clip-space batch for an ``(H, W)`` image (None for screen space), against the
+    near plane and the guard band: the only place that clips."""
+    return clip_batch(batch, guard=guard_band(size)) if batch.is_clip_space else None
 
 
 def rasterize_batch(backend: Backend, batch: TriangleBatch, size, settings: RasterSettings) -> Fragments:
     """Fragments of a validated batch on its own faces: clip once, rasterize, map back once."""
-    clipped = near_clip(batch)
+    clipped = near_clip(batch, size)
     if clipped is None:
         return backend.rasterize(batch, size, settings=settings)
     return clipped.unclip(backend.rasterize(clipped.batch, size, settings=settings))
@@ -80,7 +87,7 @@ def rasterize_batch(backend: Backend, batch: TriangleBatch, size, settings: Rast
 def render_batch(backend: Backend, batch: TriangleBatch, size, background, settings: RasterSettings,
                  blend: BlendSettings) -> Frame:
     """The ``Frame`` of a validated batch (see the module docstring)."""
-    clipped = near_clip(batch)
+    clipped = near_clip(batch, size)
     if clipped is None or clipped.num_clipped == 0:
         drawable = batch if clipped is None else clipped.batch
         return backend.render_frame(drawable, size, background=background, settings=settings, blend=blend)
@@ -92,7 +99,7 @@ def render_rgb8(backend: Backend, batch: TriangleBatch, size, background,
                 settings: RasterSettings | None = None) -> torch.Tensor:
     """uint8 ``[B, H, W, 3]`` image of a validated batch (the 8-bit fast path, used by the seed protocol)."""
     settings = settings or RasterSettings()
-    clipped = near_clip(batch)
+    clipped = near_clip(batch, size)
     if clipped is None or clipped.num_clipped == 0:
         drawable = batch if clipped is None else clipped.batch
         return backend.render_rgb8(drawable, size, background=background, settings=settings)

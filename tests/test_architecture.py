@@ -220,7 +220,7 @@ def _cut_scene():
 
 def test_render_renderer_and_seed_protocol_give_bit_identical_colors():
     pos, faces, colors, cam, batch = _cut_scene()
-    result = py_gpu.frontend.near_clip(batch)
+    result = py_gpu.frontend.near_clip(batch, (30, 40))
     assert result.num_clipped > 0  # the scene really crosses the near plane
     size, bg = (30, 40), (0.1, 0.2, 0.3)
     want = py_gpu.render(batch, size, backend="reference", background=bg).to_uint8()[0]

@@ -106,7 +106,7 @@ def scene_to_raster_batch(scene, camera, settings, *, wire_width: float = 1.5) -
     behind the camera). Lines become two-triangle quads ``wire_width`` pixels wide.
     """
     batch = scene_to_triangle_batch(scene, camera, settings, dtype=torch.float64)
-    result = near_clip(batch)
+    result = near_clip(batch, (settings.height, settings.width))
     clipped = result.batch
     screen = clipped.screen_vertices((settings.height, settings.width))[0].numpy()
     cam_depth = clipped.vertices[0, :, 3].numpy()  # seed depth is camera-space distance, as in 0.0.1

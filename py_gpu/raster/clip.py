@@ -85,8 +85,15 @@ def clip_near(batch: TriangleBatch, *, plane: str = "zero_to_one") -> tuple[Tria
     return result.batch, result.face_map
 
 
-def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: str = "zero_to_one") -> ClipResult:
+def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: str = "zero_to_one",
+               guard: float | None = None) -> ClipResult:
     """Clip ``batch`` against the near plane, carrying ``attributes`` (``{name: [B, V, C] or [V, C]}``).
+
+    With ``guard = G``, triangles are also cut against the guard band ``|x| <= G w``,
+    ``|y| <= G w``: everything that can reach the image (``|x/w|, |y/w| <= 1``) is kept exactly,
+    and screen coordinates stay within ``(G + 1) / 2`` image widths, so a triangle that projects
+    arbitrarily far off screen is cut, never dropped or overflowed. Faces cut by several planes
+    compose their piece weights, so ``unclip`` still maps fragments to the input faces.
 
     See the module docstring for how faces cut in only some batch elements are handled.
 
@@ -101,15 +108,35 @@ def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: s
         raise PyGpuValueError(f"{where}: `batch` must hold clip-space [B, V, 4] vertices, got [B, V, 3] screen space")
     if plane not in NEAR_PLANES:
         raise PyGpuValueError(f"{where}: unknown `plane` {plane!r}; choose one of {sorted(NEAR_PLANES)}")
+    if guard is not None and not (isinstance(guard, (int, float)) and guard >= 1):
+        raise PyGpuValueError(f"{where}: `guard` must be a number >= 1 (image half-widths), got {guard!r}")
+    attrs = _check_attributes(where, attributes or {}, batch.batch_size, batch.vertices.shape[1], batch.vertices.device)
+    a, b, c = NEAR_PLANES[plane]
+    result, cut = _clip_plane(where, batch, attrs, (0.0, 0.0, a, b), c)
+    if guard is None:
+        return result
+    G = float(guard)
+    cut = cut.clone()
+    for coeffs in ((-1.0, 0.0, 0.0, G), (1.0, 0.0, 0.0, G), (0.0, -1.0, 0.0, G), (0.0, 1.0, 0.0, G)):
+        step, step_cut = _clip_plane(where, result.batch, result.attributes, coeffs, 0.0)
+        if step.num_clipped == 0:
+            continue
+        cut[result.face_map[step_cut]] = True
+        weights = step.weights @ result.weights[:, step.face_map]
+        result = ClipResult(step.batch, result.face_map[step.face_map], weights, step.attributes, int(cut.sum()))
+    return result
+
+
+def _clip_plane(where: str, batch: TriangleBatch, attrs: dict, coeffs, offset: float) -> tuple[ClipResult, torch.Tensor]:
+    """One plane ``d = coeffs . (x, y, z, w) + offset >= 0``: the clip result and a bool ``[F]``
+    of the input faces that were cut or dropped in some element."""
     v = batch.vertices  # [B, V, 4]
     B, V = v.shape[:2]
     faces = batch.faces  # [F, 3]
     F = faces.shape[0]
     dtype, dev = v.dtype, v.device
-    attrs = _check_attributes(where, attributes or {}, B, V, dev)
 
-    a, b, c = NEAR_PLANES[plane]
-    d = a * v[..., 2] + b * v[..., 3] + c  # [B, V] signed distance (scaled)
+    d = sum(k * v[..., i] for i, k in enumerate(coeffs) if k != 0.0) + offset  # [B, V] signed distance (scaled)
     dF = d[:, faces]  # [B, F, 3]
     inside = dF >= 0
     n_in = inside.sum(-1)  # [B, F]
@@ -122,7 +149,7 @@ def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: s
         eye = torch.eye(3, dtype=dtype, device=dev).expand(B, F, 3, 3)
         out = ClipResult(batch, torch.arange(F, device=dev), eye, {k: t for k, t in attrs.items()}, 0)
         _check_w(where, v, faces)
-        return out
+        return out, ~all_in
 
     m_idx = mixed.nonzero().squeeze(1)  # [M]
     M = m_idx.shape[0]
@@ -165,7 +192,7 @@ def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: s
         fcol = batch.face_colors[:, face_map]
     out_attrs = {k: torch.cat([t, carry(t)], 1) for k, t in attrs.items()}
     clipped = TriangleBatch(vertices, out_faces, vertex_colors=vcol, face_colors=fcol)
-    return ClipResult(clipped, face_map, weights, out_attrs, n_clipped)
+    return ClipResult(clipped, face_map, weights, out_attrs, n_clipped), ~all_in
 
 
 def _piece_weights(dm: torch.Tensor, inside: torch.Tensor, n_in: torch.Tensor) -> torch.Tensor:
