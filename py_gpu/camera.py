@@ -305,6 +305,7 @@ class Camera:
             if t.dim() == 2:
                 t = t.unsqueeze(0)
             check_shape(where, name, t, (None, 4, 4), "[B, 4, 4] or [4, 4]")
+            check_finite(where, name, t)
             object.__setattr__(self, name, t)
         bv, bp = self.view.shape[0], self.projection.shape[0]
         if bv != bp and 1 not in (bv, bp):

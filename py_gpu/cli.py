@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from ._check import MAX_IMAGE_SIDE, BackendUnavailableError, PyGpuTypeError, PyGpuValueError
 from ._version import __version__
 from .backends import available_backends, torch_devices
 from .compat import detect_gpu_packages, select_backend
@@ -59,24 +60,50 @@ def _demo(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _count(low: int, high: int | None = None):
+    """An argparse type: an int in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+_SIDE = _count(1, MAX_IMAGE_SIDE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="py-gpu", description="py_gpu: a PyTorch-native triangle rasterizer")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="py-gpu", description="py_gpu: a PyTorch-native triangle rasterizer")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("info", help="backends, their availability, and torch devices")
     p.set_defaults(func=_info)
     p = sub.add_parser("seed", help="render the seed benchmark scene to a PNG")
     p.add_argument("--backend", default="auto")
-    p.add_argument("--triangles", type=int, default=1000)
-    p.add_argument("--width", type=int, default=640)
-    p.add_argument("--height", type=int, default=360)
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--triangles", type=_count(0), default=1000)
+    p.add_argument("--width", type=_SIDE, default=640)
+    p.add_argument("--height", type=_SIDE, default=360)
+    p.add_argument("--seed", type=_count(0), default=7)
     p.add_argument("--output", default="py_gpu_seed.png")
     p.set_defaults(func=_seed)
     p = sub.add_parser("demo", help="render lit, textured shapes rotating to a PNG and a GIF")
     p.add_argument("--out", default="py_gpu_demo")
-    p.add_argument("--frames", type=int, default=24)
-    p.add_argument("--width", type=int, default=360)
-    p.add_argument("--height", type=int, default=240)
+    p.add_argument("--frames", type=_count(1, 10_000), default=24)
+    p.add_argument("--width", type=_SIDE, default=360)
+    p.add_argument("--height", type=_SIDE, default=240)
     p.add_argument("--backend", default="torch")
     p.add_argument("--mp4", action="store_true", help="also write an MP4 (needs imageio-ffmpeg)")
     p.set_defaults(func=_demo)
@@ -84,8 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    """Run one command. Usage errors and errors the project names (bad values, a backend that
+    cannot run here, a missing optional package, an unwritable output) are one line on stderr
+    and exit status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (PyGpuValueError, PyGpuTypeError, BackendUnavailableError, ImportError, OSError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"py-gpu {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

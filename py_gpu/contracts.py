@@ -26,12 +26,18 @@ from ._check import (
 )
 from .image import quantize, save_png
 
-def _as_tensor(value: Any, *, device=None) -> torch.Tensor:
+
+def _as_tensor(value: Any, *, device=None, where: str = "TriangleBatch", name: str = "value") -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(value))
-    return torch.as_tensor(value, device=device)
+    if value is None or isinstance(value, (str, bytes, dict)):
+        raise PyGpuTypeError(f"{where}: `{name}` must be a tensor or array, got {type(value).__name__}")
+    try:
+        return torch.as_tensor(value, device=device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise PyGpuTypeError(f"{where}: `{name}` must be a tensor or array, got {type(value).__name__} ({exc})") from None
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,9 +67,7 @@ class TriangleBatch:
 
     def __post_init__(self) -> None:
         where = "TriangleBatch"
-        verts = _as_tensor(self.vertices)
-        if not isinstance(verts, torch.Tensor):  # pragma: no cover - as_tensor always returns one
-            raise PyGpuTypeError(f"{where}: `vertices` must be a tensor")
+        verts = _as_tensor(self.vertices, where=where, name="vertices")
         check_float(where, "vertices", verts)
         if verts.dim() == 2:
             verts = verts.unsqueeze(0)
@@ -78,7 +82,7 @@ class TriangleBatch:
                     "[B, V, 4] vertices"
                 )
 
-        faces = _as_tensor(self.faces, device=verts.device)
+        faces = _as_tensor(self.faces, device=verts.device, where=where, name="faces")
         check_same_device(where, verts, faces=faces)
         faces = check_faces(where, faces, verts.shape[1])
         num_verts = verts.shape[1]
@@ -97,7 +101,7 @@ class TriangleBatch:
     def _attr(where, name, value, verts, count, dim_name):
         if value is None:
             return None
-        t = _as_tensor(value, device=verts.device)
+        t = _as_tensor(value, device=verts.device, where=where, name=name)
         check_float(where, name, t)
         if t.dim() == 2:
             t = t.unsqueeze(0)
@@ -209,6 +213,16 @@ class Fragments:
     def mask(self) -> torch.Tensor:
         """bool ``[B, H, W, K]``, True where a face is present."""
         return self.face_index >= 0
+
+    @classmethod
+    def empty(cls, batch_size: int, size, faces_per_pixel: int, *, dtype: torch.dtype, device,
+              soft: bool = False) -> "Fragments":
+        """Fragments where no face covers any pixel (``face_index`` -1, ``depth`` +inf)."""
+        shape = (batch_size, int(size[0]), int(size[1]), faces_per_pixel)
+        return cls(torch.full(shape, -1, dtype=torch.int64, device=device),
+                   torch.zeros(*shape, 3, dtype=dtype, device=device),
+                   torch.full(shape, float("inf"), dtype=dtype, device=device),
+                   torch.zeros(shape, dtype=dtype, device=device) if soft else None)
 
 
 @dataclass(frozen=True, eq=False)

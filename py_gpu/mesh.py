@@ -8,6 +8,7 @@ Winding: front faces are counter-clockwise seen from outside (right-handed), so 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,13 +33,16 @@ __all__ = [
 ]
 
 
-def _t(value, dtype=None, device=None) -> torch.Tensor | None:
+def _t(value, dtype=None, device=None, *, name: str = "value") -> torch.Tensor | None:
     if value is None:
         return None
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(np.ascontiguousarray(value))
     elif not isinstance(value, torch.Tensor):
-        value = torch.as_tensor(value)
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise PyGpuTypeError(f"MeshBatch: `{name}` must be a tensor or array, got {type(value).__name__}") from None
     return value.to(device=device) if device is not None else value
 
 
@@ -89,7 +93,9 @@ class MeshBatch:
 
     def __post_init__(self) -> None:
         where = "MeshBatch"
-        pos = _t(self.positions)
+        if self.positions is None or self.faces is None:
+            raise PyGpuTypeError(f"{where}: `positions` and `faces` are required tensors")
+        pos = _t(self.positions, name="positions")
         if pos.dtype == torch.float16 or not pos.is_floating_point():
             pos = pos.to(torch.float32) if not pos.is_floating_point() else pos
         check_float(where, "positions", pos)
@@ -108,12 +114,21 @@ class MeshBatch:
             if t.dim() not in (2, 3) or t.shape[-2] != nv or (channels is not None and t.shape[-1] != channels):
                 want = f"[V={nv}, {channels or 'C'}] or [B, V, {channels or 'C'}]"
                 raise PyGpuValueError(f"{where}: `{name}` must have shape {want}, got {tuple(t.shape)}")
+            batches = {pos.shape[0] if pos.dim() == 3 else 1, t.shape[0] if t.dim() == 3 else 1}
+            if len(batches - {1}) > 1:
+                raise PyGpuValueError(
+                    f"{where}: `{name}` has batch size {t.shape[0]} but `positions` {pos.shape[0]}; "
+                    "per-mesh attributes are [V, C] (shared) or [B, V, C] with the positions' B"
+                )
             check_finite(where, name, t)
             object.__setattr__(self, name, t.to(pos.dtype))
         if self.normals is None:
             object.__setattr__(self, "normals", vertex_normals(pos, faces))
         if self.material_ids is not None:
-            m = _t(self.material_ids, device=pos.device).long()
+            m = _t(self.material_ids, device=pos.device)
+            if m.is_floating_point() or m.is_complex() or m.dtype == torch.bool:
+                raise PyGpuTypeError(f"{where}: `material_ids` must be integers, got {m.dtype}")
+            m = m.long()
             check_shape(where, "material_ids", m, (faces.shape[0],), f"[F={faces.shape[0]}]")
             if m.numel() and int(m.min()) < 0:
                 raise PyGpuValueError(f"{where}: `material_ids` must be >= 0")
@@ -202,6 +217,17 @@ def mesh_from_arrays(v, f, n=None, uv=None, dtype=torch.float32, device=None) ->
 
 
 # ---- OBJ -------------------------------------------------------------------------------------------
+def _obj_lines(path) -> list[str]:
+    """The file's lines: UTF-8 (a byte-order mark is dropped), or Latin-1 when it is not UTF-8
+    (OBJ numbers and keywords are ASCII; only comments and names can hold other bytes)."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    return text.splitlines()
+
+
 def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> MeshBatch:
     """Read a Wavefront OBJ: ``v``, ``vt``, ``vn`` and ``f`` (polygons are fan-triangulated;
     negative indices allowed). Each distinct ``v/vt/vn`` corner becomes one vertex. ``usemtl``
@@ -222,41 +248,46 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
             raise PyGpuValueError(f"{where}: {path}:{line_no}: {what} index {i} out of range (have {n})")
         return k
 
-    with open(path, encoding="utf-8") as fh:
-        for line_no, raw in enumerate(fh, 1):
-            parts = raw.split("#", 1)[0].split()
-            if not parts:
-                continue
-            tag, args = parts[0], parts[1:]
-            try:
-                if tag == "v":
-                    pos.append([float(x) for x in args[:3]])
-                elif tag == "vt":
-                    tex.append([float(x) for x in (args + ["0"])[:2]])
-                elif tag == "vn":
-                    nrm.append([float(x) for x in args[:3]])
-                elif tag == "usemtl":
-                    current = mat_names.setdefault(args[0] if args else "", len(mat_names))
-                elif tag == "f":
-                    ids = []
-                    for corner in args:
-                        bits = (corner.split("/") + ["", ""])[:3]
-                        key = (resolve(bits[0], len(pos), "v", line_no),
-                               resolve(bits[1], len(tex), "vt", line_no) if bits[1] else -1,
-                               resolve(bits[2], len(nrm), "vn", line_no) if bits[2] else -1)
-                        if key not in corners:
-                            corners[key] = len(corner_list)
-                            corner_list.append(key)
-                        ids.append(corners[key])
-                    if len(ids) < 3:
-                        raise PyGpuValueError(f"{where}: {path}:{line_no}: a face needs at least 3 corners")
-                    for k in range(1, len(ids) - 1):
-                        faces.append((ids[0], ids[k], ids[k + 1]))
-                        mats.append(current)
-            except (ValueError, IndexError) as exc:
-                if isinstance(exc, PyGpuValueError):
-                    raise
-                raise PyGpuValueError(f"{where}: {path}:{line_no}: cannot parse {raw.strip()!r}") from None
+    def numbers(args: list[str], need: int, what: str, line_no: int, least: int | None = None) -> list[float]:
+        """``need`` numbers; with ``least``, missing ones after the first ``least`` are 0."""
+        if len(args) < (need if least is None else least):
+            raise PyGpuValueError(f"{where}: {path}:{line_no}: `{what}` needs {need} numbers, got {len(args)}")
+        return [float(x) for x in (args + ["0"] * need)[:need]]
+
+    for line_no, raw in enumerate(_obj_lines(path), 1):
+        parts = raw.split("#", 1)[0].split()
+        if not parts:
+            continue
+        tag, args = parts[0], parts[1:]
+        try:
+            if tag == "v":
+                pos.append(numbers(args, 3, "v", line_no))
+            elif tag == "vt":
+                tex.append(numbers(args, 2, "vt", line_no, least=1))
+            elif tag == "vn":
+                nrm.append(numbers(args, 3, "vn", line_no))
+            elif tag == "usemtl":
+                current = mat_names.setdefault(args[0] if args else "", len(mat_names))
+            elif tag == "f":
+                ids = []
+                for corner in args:
+                    bits = (corner.split("/") + ["", ""])[:3]
+                    key = (resolve(bits[0], len(pos), "v", line_no),
+                           resolve(bits[1], len(tex), "vt", line_no) if bits[1] else -1,
+                           resolve(bits[2], len(nrm), "vn", line_no) if bits[2] else -1)
+                    if key not in corners:
+                        corners[key] = len(corner_list)
+                        corner_list.append(key)
+                    ids.append(corners[key])
+                if len(ids) < 3:
+                    raise PyGpuValueError(f"{where}: {path}:{line_no}: a face needs at least 3 corners")
+                for k in range(1, len(ids) - 1):
+                    faces.append((ids[0], ids[k], ids[k + 1]))
+                    mats.append(current)
+        except (ValueError, IndexError) as exc:
+            if isinstance(exc, PyGpuValueError):
+                raise
+            raise PyGpuValueError(f"{where}: {path}:{line_no}: cannot parse {raw.strip()!r}") from None
     if not corner_list:  # a point cloud: keep the positions
         return mesh_from_arrays(np.asarray(pos, float).reshape(-1, 3), np.zeros((0, 3), np.int64), None, None, dtype, device)
     c = np.asarray(corner_list)

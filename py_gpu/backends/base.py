@@ -96,6 +96,12 @@ class Backend:
             )
         return batch
 
+    @staticmethod
+    def _nothing(batch: TriangleBatch, size, settings: RasterSettings) -> Fragments:
+        """The fragments of a batch of no elements (``B = 0``): every backend returns the same."""
+        k = settings.faces_per_pixel if settings.mode == "soft" else 1
+        return Fragments.empty(0, size, k, dtype=batch.dtype, device=batch.device, soft=settings.mode == "soft")
+
     def _follow(self, result, batch: TriangleBatch):
         if not self.results_follow_batch:
             return result
@@ -107,7 +113,10 @@ class Backend:
         where = f"{type(self).__name__}.rasterize"
         tb = self._drawable(where, batch)
         size = check_size(where, size)
-        return self._follow(self._fragments(tb, size, self.check_settings(where, settings)), tb)
+        s = self.check_settings(where, settings)
+        if tb.batch_size == 0:
+            return self._nothing(tb, size, s)
+        return self._follow(self._fragments(tb, size, s), tb)
 
     def render_frame(self, batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0),
                      settings: RasterSettings | None = None, blend: BlendSettings | None = None) -> Frame:
@@ -119,6 +128,8 @@ class Backend:
         if blend is not None and not isinstance(blend, BlendSettings):
             raise PyGpuTypeError(f"{where}: `blend` must be a BlendSettings, got {type(blend).__name__}")
         s = self.check_settings(where, settings)
+        if tb.batch_size == 0:
+            return shade_fragments(tb, self._nothing(tb, size, s), bg, s, blend or BlendSettings())
         return self._follow(self._frame(tb, size, bg, s, blend or BlendSettings()), tb)
 
     def render_rgb8(self, batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0),
@@ -131,7 +142,10 @@ class Backend:
         tb = self._drawable(where, batch)
         size = check_size(where, size)
         bg = check_rgb(where, "background", background, scale=1.0)
-        return self._follow(self._rgb8(tb, size, bg, self.check_settings(where, settings)), tb)
+        s = self.check_settings(where, settings)
+        if tb.batch_size == 0:
+            return torch.zeros(0, size[0], size[1], 3, dtype=torch.uint8, device=tb.device)
+        return self._follow(self._rgb8(tb, size, bg, s), tb)
 
 
 def to_device(result, device: torch.device):

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .._check import BackendUnavailableError, PyGpuTypeError
+from .._check import BackendUnavailableError, PyGpuTypeError, PyGpuValueError
 
 log = logging.getLogger("py_gpu")
 
@@ -109,6 +109,8 @@ def create_backend(prefer: str = "auto", *, factories: dict | None = None, **opt
             if reason is None:
                 try:
                     return factories.get(entry.name, entry.factory)(**options)
+                except (TypeError, PyGpuValueError):  # a bad option is the caller's error, on any backend
+                    raise
                 except Exception as exc:  # fall through to the next backend
                     log.debug("create_backend('auto'): %s failed to start: %s", entry.name, exc)
                     continue
@@ -125,9 +127,7 @@ def create_backend(prefer: str = "auto", *, factories: dict | None = None, **opt
         )
     try:
         return factories.get(name, entry.factory)(**options)
-    except BackendUnavailableError:
-        raise
-    except TypeError:
+    except (BackendUnavailableError, TypeError, PyGpuValueError):  # the cause is already named
         raise
     except Exception as exc:
         raise BackendUnavailableError(f"create_backend: backend {name!r} failed to start: {exc}") from exc

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .._check import PyGpuTypeError, PyGpuValueError
+from .._check import MAX_IMAGE_SIDE, PyGpuTypeError, PyGpuValueError
 from ..contracts import Frame
 from ..image import encode_png
 
@@ -25,11 +26,15 @@ def as_rgb(value: ColorLike) -> ColorLike:
     try:
         n = len(value)
     except TypeError:
-        raise PyGpuTypeError(f"RGB colors must be a sequence of three numbers, got {value!r}") from None
+        n = None
+    if n is None or isinstance(value, (str, bytes)):
+        raise PyGpuTypeError(f"RGB colors must be a sequence of three 0-255 numbers, got {value!r}") from None
     if n != 3:
         raise PyGpuValueError(f"RGB colors must have exactly three channels, got {n}")
     for channel in value:
-        if isinstance(channel, float) and channel != channel:
+        if isinstance(channel, bool) or not isinstance(channel, (int, float, np.integer, np.floating)):
+            raise PyGpuTypeError(f"RGB colors must be a sequence of three 0-255 numbers, got {value!r}")
+        if not math.isfinite(channel):
             raise PyGpuValueError(f"RGB color channels must be finite, got {value!r}")
     return (clamp_channel(value[0]), clamp_channel(value[1]), clamp_channel(value[2]))
 
@@ -39,6 +44,11 @@ def _validate_dimensions(width: int, height: int) -> None:
         raise PyGpuTypeError(f"buffer dimensions must be ints, got width={width!r}, height={height!r}")
     if width <= 0 or height <= 0:
         raise PyGpuValueError(f"buffer dimensions must be positive, got width={width}, height={height}")
+    if max(width, height) > MAX_IMAGE_SIDE:
+        raise PyGpuValueError(
+            f"buffer dimensions {width}x{height} exceed the largest supported side ({MAX_IMAGE_SIDE} px); "
+            "render in tiles or at a lower resolution"
+        )
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._check import PyGpuTypeError, PyGpuValueError
+from .._check import PyGpuTypeError, PyGpuValueError, check_finite
 from ..camera import Camera
 from ..contracts import Fragments, TriangleBatch
 from ..frontend import rasterize_batch
@@ -44,8 +44,9 @@ class FrameGeometry:
     instances: torch.Tensor | None
 
 
-def matrices(where: str, name: str, m, *, batched_dim: int, device, dtype) -> torch.Tensor:
-    """A float ``[B|1, 4, 4]`` (``batched_dim`` 3) or ``[B|1, N, 4, 4]`` (4) matrix tensor on ``device``."""
+def matrices(where: str, name: str, m, *, batched_dim: int, device, dtype, batch_size: int) -> torch.Tensor:
+    """A finite float ``[B|1, 4, 4]`` (``batched_dim`` 3) or ``[B|1, N, 4, 4]`` (4) matrix tensor on
+    ``device``, whose batch matches the camera's ``batch_size`` views."""
     if not isinstance(m, torch.Tensor) or not m.is_floating_point():
         raise PyGpuTypeError(f"{where}: `{name}` must be a float tensor")
     m = m.to(device, dtype)
@@ -54,6 +55,12 @@ def matrices(where: str, name: str, m, *, batched_dim: int, device, dtype) -> to
     if m.dim() != batched_dim or m.shape[-2:] != (4, 4):
         want = "[N, 4, 4] or [B, N, 4, 4]" if batched_dim == 4 else "[4, 4] or [B, 4, 4]"
         raise PyGpuValueError(f"{where}: `{name}` must have shape {want}, got {tuple(m.shape)}")
+    if m.shape[0] not in (1, batch_size):
+        raise PyGpuValueError(
+            f"{where}: `{name}` has batch size {m.shape[0]} but the camera has {batch_size} views; "
+            "give one matrix per view or one for all"
+        )
+    check_finite(where, name, m)
     return m
 
 
@@ -69,16 +76,23 @@ def frame_geometry(scene: Scene, h: MeshHandle, batch_size: int, *, transforms=N
     if instances is not None:
         if not single_handle:
             raise PyGpuValueError(f"{where}: `instances` draws one handle; pass a single MeshHandle")
-        inst = matrices(where, "instances", instances, batched_dim=4, device=dev, dtype=dt)  # [B|1, N, 4, 4]
+        inst = matrices(where, "instances", instances, batched_dim=4, device=dev, dtype=dt,
+                        batch_size=batch_size)  # [B|1, N, 4, 4]
         N = inst.shape[1]
         pos = (pos[:, None] @ inst[..., :3, :3].transpose(-1, -2) + inst[..., None, :3, 3]).flatten(1, 2)  # [B, N V, 3]
         nrm = (nrm[:, None] @ torch.linalg.inv(inst[..., :3, :3])).flatten(1, 2)
         faces, inst_ids = scene.instances(h, N)
         uvs, cols, obj, mats = uvs.repeat(N, 1), cols.repeat(N, 1), obj.repeat(N), mats.repeat(N)
     if transforms is not None:
-        tf = matrices(where, "transforms", transforms, batched_dim=3, device=dev, dtype=dt)  # [B|1, 4, 4]
+        tf = matrices(where, "transforms", transforms, batched_dim=3, device=dev, dtype=dt,
+                      batch_size=batch_size)  # [B|1, 4, 4]
         pos = pos @ tf[:, :3, :3].transpose(-1, -2) + tf[:, None, :3, 3]
         nrm = nrm @ torch.linalg.inv(tf[:, :3, :3])
+    if pos.shape[0] not in (1, batch_size):
+        raise PyGpuValueError(
+            f"{where}: the mesh holds {pos.shape[0]} poses but the camera has {batch_size} views; "
+            "use one camera per pose or a [V, 3] mesh"
+        )
     if pos.shape[0] != batch_size:
         pos, nrm = pos.expand(batch_size, -1, -1), nrm.expand(batch_size, -1, -1)
     return FrameGeometry(pos, nrm, uvs, cols, faces, obj, mats, inst_ids, tf, inst)

@@ -59,7 +59,8 @@ def gbuffer(frags: Fragments, geom: FrameGeometry, *, flat: bool) -> GBuffer:
     else:
         normal = interp(geom.normals)
     normal = normal / normal.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    material = torch.where(face >= 0, geom.material_ids[face.clamp(min=0)], -1)
+    padded = torch.cat([geom.material_ids, geom.material_ids.new_full((1,), -1)])  # row F: empty fragments
+    material = padded[torch.where(face >= 0, face, faces.shape[0])]
     return GBuffer(frags, interp(geom.positions), normal, interp(geom.colors), interp(geom.uvs), material)
 
 
@@ -103,7 +104,7 @@ def _texture_factor(g: GBuffer, textures, atlas_rects, has_uvs: bool, filt: str,
 
 
 def _sample(tex, uv: torch.Tensor, filt: str, wrap: str, kw: dict) -> torch.Tensor:
-    img = tex if isinstance(tex, Texture) else tex.to(uv.device, uv.dtype)
+    img = tex if not isinstance(tex, torch.Tensor) else tex.to(uv.device)  # sample_texture checks it
     return sample_texture(img, uv, filter=filt, wrap=wrap, **kw)[..., :3]
 
 
@@ -119,7 +120,8 @@ def composite(color: torch.Tensor, frags: Fragments, background, settings: Raste
 def attachments(names: Sequence[str], g: GBuffer, geom: FrameGeometry, frame: Frame, slot: torch.Tensor) -> dict:
     """``Frame.extras``: each requested attachment at the pixel's front fragment."""
     covered = frame.face_index >= 0
-    top = frame.face_index.clamp(min=0)
+    F = geom.faces.shape[0]
+    top = torch.where(covered, frame.face_index, F)  # row F of each padded table: empty pixels
     values = {"normal": g.normal, "position": g.position, "uv": g.uv, "albedo": g.albedo}
     ids = {"object_id": geom.object_ids, "material_id": geom.material_ids, "instance_id": geom.instance_ids}
     extras = {}
@@ -129,6 +131,6 @@ def attachments(names: Sequence[str], g: GBuffer, geom: FrameGeometry, frame: Fr
         else:
             table = ids[name]
             if table is None:  # no instancing: everything is instance 0
-                table = torch.zeros(geom.faces.shape[0], dtype=torch.int64, device=top.device)
-            extras[name] = torch.where(covered, table[top], -1)[..., None]
+                table = torch.zeros(F, dtype=torch.int64, device=top.device)
+            extras[name] = torch.cat([table, table.new_full((1,), -1)])[top][..., None]
     return extras

@@ -70,6 +70,8 @@ def interpolate(attributes: torch.Tensor, fragments: Fragments, faces: torch.Ten
     attributes = attributes.expand(B, -1, -1)
     n, C = attributes.shape[1], attributes.shape[2]
     F = faces.shape[0]
+    if F and int(faces.min()) < 0:
+        raise PyGpuValueError(f"{where}: `faces` has a negative vertex id ({int(faces.min())}); ids are 0..V-1")
     max_vertex = int(faces.max()) if F else -1
     if kind is None:
         kind = "face" if (n == F and max_vertex >= n) else "vertex"

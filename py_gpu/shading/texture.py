@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._check import PyGpuTypeError, PyGpuValueError, check_float
+from .._check import PyGpuTypeError, PyGpuValueError, check_finite, check_float
 
 __all__ = ["Texture", "sample_texture", "build_mipmaps", "uv_derivatives", "atlas_uv"]
 
@@ -75,13 +75,24 @@ def _check_choice(where, name, value, choices):
 
 
 def _check_texture(where: str, texture) -> torch.Tensor:
+    """The texture as a float ``[B, Ht, Wt, C]`` tensor: uint8 texels become ``texel / 255``;
+    channels-first images and NaN/inf texels are refused."""
     if not isinstance(texture, torch.Tensor):
         raise PyGpuTypeError(f"{where}: `texture` must be a tensor or Texture, got {type(texture).__name__}")
+    if texture.dtype == torch.uint8:
+        texture = texture.to(torch.float32) / 255.0
     check_float(where, "texture", texture)
+    shape = tuple(texture.shape)
+    if texture.dim() in (3, 4) and shape[-3] in (1, 2, 3, 4) and shape[-1] > 4:
+        raise PyGpuValueError(
+            f"{where}: `texture` of shape {shape} looks channels-first; textures are channels-last "
+            f"[Ht, Wt, C] or [B, Ht, Wt, C] (use texture.permute(1, 2, 0) or .permute(0, 2, 3, 1))"
+        )
     if texture.dim() == 3:
         texture = texture.unsqueeze(0)
-    if texture.dim() != 4 or texture.shape[1] < 1 or texture.shape[2] < 1:
-        raise PyGpuValueError(f"{where}: `texture` must have shape [Ht, Wt, C] or [B, Ht, Wt, C], got {tuple(texture.shape)}")
+    if texture.dim() != 4 or texture.shape[1] < 1 or texture.shape[2] < 1 or texture.shape[3] < 1:
+        raise PyGpuValueError(f"{where}: `texture` must have shape [Ht, Wt, C] or [B, Ht, Wt, C], got {shape}")
+    check_finite(where, "texture", texture)
     return texture
 
 
@@ -178,6 +189,13 @@ def sample_texture(texture, uv: torch.Tensor, *, filter: str = "bilinear", wrap:
     check_float(where, "uv", uv)
     if uv.shape[-1:] != (2,):
         raise PyGpuValueError(f"{where}: `uv` must have shape [..., 2], got {tuple(uv.shape)}")
+    check_finite(where, "uv", uv)
+    for name, t in (("uv_grad", uv_grad), ("lod", lod)):
+        if t is not None:
+            if not isinstance(t, torch.Tensor):
+                raise PyGpuTypeError(f"{where}: `{name}` must be a tensor, got {type(t).__name__}")
+            check_float(where, name, t)
+            check_finite(where, name, t)
     B = tex.shape[0]
     lead = uv.shape[:-1]
     if B > 1:
