@@ -9,7 +9,7 @@ live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.shapes``, ``py_gpu.raster``
 ``py_gpu.compat`` and is re-exported here.
 """
 
-from ._check import BackendUnavailableError, MemoryBudgetError, PyGpuTypeError, PyGpuValueError
+from ._check import BackendUnavailableError, MemoryBudgetError, PyGpuTypeError, PyGpuValueError, checks, set_checks
 from ._version import __version__
 from .backends import (
     Backend,
@@ -86,6 +86,8 @@ __all__ = [
     "detect_gpu_packages",
     # errors
     "PyGpuValueError",
+    "set_checks",
+    "checks",
     "PyGpuTypeError",
     "BackendUnavailableError",
     "MemoryBudgetError",

@@ -8,7 +8,9 @@ so that ordinary ``except`` clauses catch them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import os
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +20,41 @@ import torch
 MAX_SCREEN_COORD = float(2**20)
 #: Largest width or height, in pixels, of a render target.
 MAX_IMAGE_SIDE = 16384
+
+#: Data-dependent checks (finite values, index ranges, coordinate bounds) are on unless
+#: ``PY_GPU_CHECKS=0`` is set or :func:`set_checks` turns them off. Shape, dtype and device
+#: checks are always on: they cost no host synchronization.
+_DATA_CHECKS = os.environ.get("PY_GPU_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def set_checks(enabled: bool) -> bool:
+    """Turn the data-dependent input checks on or off; returns the previous setting.
+
+    Off, py_gpu no longer reads tensor values to validate them (NaN/inf, face index ranges,
+    screen-coordinate bounds), which saves one host synchronization per check, and invalid
+    values give undefined (but memory-safe) results instead of an error. Shape, dtype and device
+    checks stay on. Also set by the environment variable ``PY_GPU_CHECKS=0``.
+    """
+    global _DATA_CHECKS
+    if not isinstance(enabled, bool):
+        raise PyGpuTypeError(f"set_checks: `enabled` must be a bool, got {enabled!r}")
+    previous, _DATA_CHECKS = _DATA_CHECKS, enabled
+    return previous
+
+
+def checks_enabled() -> bool:
+    """Whether the data-dependent input checks run (see :func:`set_checks`)."""
+    return _DATA_CHECKS
+
+
+@contextlib.contextmanager
+def checks(enabled: bool) -> Iterator[None]:
+    """``with py_gpu.checks(False): ...`` runs a block with the data-dependent checks switched."""
+    previous = set_checks(enabled)
+    try:
+        yield
+    finally:
+        set_checks(previous)
 
 
 class PyGpuValueError(ValueError):
@@ -50,7 +87,7 @@ def check_float(where: str, name: str, t: torch.Tensor) -> None:
 
 
 def check_finite(where: str, name: str, t: torch.Tensor) -> None:
-    if t.numel() and not bool(torch.isfinite(t).all()):
+    if _DATA_CHECKS and t.numel() and not bool(torch.isfinite(t).all()):
         bad = (~torch.isfinite(t)).nonzero()[0].tolist()
         raise PyGpuValueError(f"{where}: `{name}` contains NaN or inf (first at index {bad})")
 
@@ -82,7 +119,7 @@ def check_faces(where: str, faces: torch.Tensor, num_verts: int) -> torch.Tensor
     if faces.dim() == 1 and faces.numel() == 0:
         faces = faces.reshape(0, 3)
     check_shape(where, "faces", faces, (None, 3), "[F, 3]")
-    if faces.numel():
+    if _DATA_CHECKS and faces.numel():
         lo, hi = int(faces.min()), int(faces.max())
         if lo < 0 or hi >= num_verts:
             raise PyGpuValueError(

@@ -23,6 +23,7 @@ from ._check import (
     check_float,
     check_same_device,
     check_shape,
+    checks_enabled,
 )
 from .image import quantize, save_png
 
@@ -73,7 +74,7 @@ class TriangleBatch:
             verts = verts.unsqueeze(0)
         check_shape(where, "vertices", verts, (None, None, (3, 4)), "[B, V, 3] (screen) or [B, V, 4] (clip)")
         check_finite(where, "vertices", verts)
-        if verts.shape[-1] == 3 and verts.numel():
+        if verts.shape[-1] == 3 and verts.numel() and checks_enabled():
             biggest = float(verts[..., :2].detach().abs().max())
             if biggest > MAX_SCREEN_COORD:
                 raise PyGpuValueError(

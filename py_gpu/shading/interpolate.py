@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .._check import PyGpuTypeError, PyGpuValueError, check_finite, check_float, check_shape, check_tensor
+from .._check import (PyGpuTypeError, PyGpuValueError, check_finite, check_float, check_shape, check_tensor,
+                      checks_enabled)
 from ..contracts import Fragments
 
 _KINDS = (None, "vertex", "face")
@@ -70,9 +71,10 @@ def interpolate(attributes: torch.Tensor, fragments: Fragments, faces: torch.Ten
     attributes = attributes.expand(B, -1, -1)
     n, C = attributes.shape[1], attributes.shape[2]
     F = faces.shape[0]
-    if F and int(faces.min()) < 0:
+    if F and checks_enabled() and int(faces.min()) < 0:
         raise PyGpuValueError(f"{where}: `faces` has a negative vertex id ({int(faces.min())}); ids are 0..V-1")
-    max_vertex = int(faces.max()) if F else -1
+    checked = checks_enabled()
+    max_vertex = int(faces.max()) if F and (checked or kind is None) else -1
     if kind is None:
         kind = "face" if (n == F and max_vertex >= n) else "vertex"
     if kind == "vertex" and n <= max_vertex:
@@ -82,7 +84,7 @@ def interpolate(attributes: torch.Tensor, fragments: Fragments, faces: torch.Ten
         )
     if kind == "face" and n != F:
         raise PyGpuValueError(f"{where}: per-face `attributes` must have F={F} rows, got {n}")
-    if face_index.numel() and int(face_index.max()) >= F:
+    if checked and face_index.numel() and int(face_index.max()) >= F:
         raise PyGpuValueError(
             f"{where}: `fragments.face_index` refers to face {int(face_index.max())} but `faces` has {F}"
         )
