@@ -134,3 +134,30 @@ def test_bad_arguments():
         sample_texture(_tex(), _uv(), wrap="mirror")
     with pytest.raises(PyGpuValueError):
         sample_texture(_tex(), _uv(), filter="trilinear")  # no derivatives for a flat uv list
+
+
+def test_trilinear_samples_only_the_two_levels_it_blends():
+    """Mixed levels of detail per point: the result is the written-out blend of the two levels
+    around each point's level, with gradients to the texture and the UVs (gradcheck)."""
+    from py_gpu.shading.texture import _sample_level, build_mipmaps
+
+    g = torch.Generator().manual_seed(3)
+    tex = torch.rand(16, 16, 3, generator=g, dtype=torch.float64)
+    uv = torch.rand(40, 2, generator=g, dtype=torch.float64)
+    lod = torch.rand(40, generator=g, dtype=torch.float64) * 5.0  # beyond the last level too: clamped
+    got = sample_texture(tex, uv, filter="trilinear", lod=lod)
+    mips = build_mipmaps(tex[None])
+    level = lod.clamp(0, len(mips) - 1)
+    lo = level.floor().long()
+    want = torch.zeros(40, 3, dtype=torch.float64)
+    for i in range(40):
+        u, v = uv[i:i + 1, 0][None], uv[i:i + 1, 1][None]
+        f = float(level[i] - lo[i])
+        want[i] = (1 - f) * _sample_level(mips[lo[i]], u, v, "bilinear", "repeat")[0, 0]
+        if f > 0:
+            want[i] += f * _sample_level(mips[lo[i] + 1], u, v, "bilinear", "repeat")[0, 0]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    t = tex[:4, :4].clone().requires_grad_(True)
+    p = (torch.rand(6, 2, generator=g, dtype=torch.float64) * 0.8 + 0.1).requires_grad_(True)
+    lods = torch.tensor([0.0, 0.3, 1.0, 1.7, 2.0, 0.5], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t, p: sample_texture(t, p, filter="trilinear", lod=lods), (t, p))

@@ -90,17 +90,32 @@ def _texture_factor(g: GBuffer, textures, atlas_rects, has_uvs: bool, filt: str,
     if filt == "trilinear":
         kw["uv_grad"] = torch.stack([uv_derivatives(uv[..., k, :], mask[..., k]) for k in range(mask.shape[-1])], 3)
     if isinstance(textures, (list, tuple)):
-        out = torch.ones(*mask.shape, 3, dtype=uv.dtype, device=uv.device)
-        for m_id, tex in enumerate(textures):
-            sel = (mat == m_id)[..., None]
-            if tex is not None and bool(sel.any()):
-                out = torch.where(sel, _sample(tex, uv, filt, wrap, kw), out)
-        return out
+        return _per_material(textures, uv, mat, filt, wrap, kw)
     if atlas_rects is not None:
         rects = atlas_rects.to(uv.device, uv.dtype)
         uv = atlas_uv(uv, mat.clamp(min=0, max=rects.shape[0] - 1), rects, wrap=wrap)
         wrap = "clamp"
     return _sample(textures, uv, filt, wrap, kw)
+
+
+def _per_material(textures, uv: torch.Tensor, mat: torch.Tensor, filt: str, wrap: str, kw: dict) -> torch.Tensor:
+    """Texture factor with one texture per material id: each texture is sampled only at the
+    fragments of its material (1 elsewhere)."""
+    flat_uv, flat_mat = uv.reshape(-1, 2), mat.reshape(-1)
+    flat_kw = {k: t.reshape(-1, t.shape[-1]) for k, t in kw.items()}
+    out = torch.ones(flat_uv.shape[0], 3, dtype=uv.dtype, device=uv.device)
+    for m_id, tex in enumerate(textures):
+        if tex is None:
+            continue
+        if isinstance(tex, torch.Tensor) and tex.dim() == 4 and tex.shape[0] > 1:  # batched: dense
+            sel = (mat == m_id)[..., None]
+            out = torch.where(sel.reshape(-1, 1), _sample(tex, uv, filt, wrap, kw).reshape(-1, 3), out)
+            continue
+        idx = torch.nonzero(flat_mat == m_id).squeeze(1)
+        if idx.numel():
+            sub_kw = {k: t[idx] for k, t in flat_kw.items()}
+            out = out.index_put((idx,), _sample(tex, flat_uv[idx], filt, wrap, sub_kw))
+    return out.reshape(*mat.shape, 3)
 
 
 def _sample(tex, uv: torch.Tensor, filt: str, wrap: str, kw: dict) -> torch.Tensor:

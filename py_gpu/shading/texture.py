@@ -127,6 +127,28 @@ def _sample_level(tex: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mode: str
     return top * (1 - fy) + bottom * fy
 
 
+def _trilinear(mips: list[torch.Tensor], u: torch.Tensor, v: torch.Tensor, level: torch.Tensor, wrap: str) -> torch.Tensor:
+    """Bilinear samples of the two mip levels around ``level`` ``[B, N]``, blended by its fraction.
+
+    Each level is sampled only at the points that use it (for an unbatched texture), so the
+    cost is two bilinear lookups per point whatever the number of levels.
+    """
+    lo = torch.floor(level).long()
+    frac = level - lo.to(level.dtype)
+    zero = torch.zeros_like(frac)
+    out = torch.zeros(*u.shape, mips[0].shape[-1], dtype=u.dtype, device=u.device)
+    for k, mip in enumerate(mips):
+        w = torch.where(lo == k, 1 - frac, zero) + torch.where(lo + 1 == k, frac, zero)  # [B, N]
+        if mip.shape[0] == 1 and u.shape[0] == 1:
+            idx = torch.nonzero(w[0] > 0).squeeze(1)
+            if idx.numel():
+                sample = _sample_level(mip, u[:, idx], v[:, idx], "bilinear", wrap)
+                out = out.index_add(1, idx, w[:, idx, None] * sample)
+        elif bool((w > 0).any()):
+            out = out + w[..., None] * _sample_level(mip, u, v, "bilinear", wrap)
+    return out
+
+
 def uv_derivatives(uv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Screen-space UV derivatives of a UV image by finite differences.
 
@@ -223,17 +245,7 @@ def sample_texture(texture, uv: torch.Tensor, *, filter: str = "bilinear", wrap:
         level = torch.log2(torch.maximum(dx, dy).clamp_min(1e-12))
     else:
         level = lod.detach().to(uv.dtype).reshape(flat.shape[0], -1)
-    level = level.clamp(0.0, len(mips) - 1)
-    lo = torch.floor(level).long()
-    frac = (level - lo.to(level.dtype))[..., None]
-    out = torch.zeros(*flat.shape[:-1], tex.shape[-1], dtype=uv.dtype, device=uv.device)
-    for k in range(len(mips)):
-        w = torch.where(lo == k, 1 - frac[..., 0], torch.zeros_like(frac[..., 0])) + torch.where(
-            lo + 1 == k, frac[..., 0], torch.zeros_like(frac[..., 0]))
-        sel = w > 0
-        if not bool(sel.any()):
-            continue
-        out = out + w[..., None] * _sample_level(mips[k], u, v, "bilinear", wrap)
+    out = _trilinear(mips, u, v, level.clamp(0.0, len(mips) - 1), wrap)
     return out.reshape(*lead, tex.shape[-1])
 
 
