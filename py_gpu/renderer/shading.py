@@ -21,7 +21,7 @@ from ..shading.lights import Material, gamma_encode, shade
 from ..shading.texture import Texture, atlas_uv, sample_texture, uv_derivatives
 from .geometry import FrameGeometry
 
-__all__ = ["ATTACHMENTS", "GBuffer", "gbuffer", "surface_color", "composite", "attachments"]
+__all__ = ["ATTACHMENTS", "Points", "GBuffer", "gbuffer", "surface_color", "composite", "attachments"]
 
 #: Extra buffers a caller may ask for (``Frame.extras``), each ``[B, H, W, C]``.
 ATTACHMENTS = {
@@ -36,10 +36,48 @@ ATTACHMENTS = {
 
 
 @dataclass(frozen=True, eq=False)
+class Points:
+    """The covered fragments of a frame, packed: element ``b``'s first ``counts[b]`` entries of
+    ``order [B, M]`` are its covered fragment positions (flat ``H * W * K`` indices, raster
+    order); the rest, where ``valid`` is False, are uncovered positions used as padding.
+    Shading works on these ``M`` points instead of every pixel of the frame."""
+
+    order: torch.Tensor
+    valid: torch.Tensor
+    shape: tuple[int, int, int, int]
+
+    @classmethod
+    def of(cls, frags: Fragments) -> "Points":
+        B, H, W, K = frags.face_index.shape
+        covered = frags.mask.reshape(B, -1)
+        M = int(covered.sum(1).max()) if covered.numel() else 0
+        # a stable sort puts the covered positions first, in raster order; every row is a
+        # permutation, so the M kept indices are distinct and scattering them back is exact
+        order = torch.argsort((~covered).to(torch.int8), dim=1, stable=True)[:, :M]
+        return cls(order, torch.gather(covered, 1, order), (B, H, W, K))
+
+    def take(self, dense: torch.Tensor) -> torch.Tensor:
+        """``[B, H, W, K, ...]`` -> ``[B, M, ...]`` at the points."""
+        flat = dense.reshape(self.shape[0], -1, *dense.shape[4:])
+        index = self.order.reshape(*self.order.shape, *([1] * (flat.dim() - 2))).expand(-1, -1, *flat.shape[2:])
+        return torch.gather(flat, 1, index)
+
+    def spread(self, values: torch.Tensor, fill=0) -> torch.Tensor:
+        """``[B, M, C]`` -> ``[B, H, W, K, C]``, ``fill`` where no point is."""
+        B, H, W, K = self.shape
+        C = values.shape[-1]
+        out = torch.full((B, H * W * K, C), fill, dtype=values.dtype, device=values.device)
+        out = out.scatter(1, self.order[..., None].expand(-1, -1, C), values)
+        return out.reshape(B, H, W, K, C)
+
+
+@dataclass(frozen=True, eq=False)
 class GBuffer:
-    """Per-fragment surface values, each ``[B, H, W, K, C]`` (0 where empty); ``material`` int64 ``[B, H, W, K]`` (-1)."""
+    """Surface values at the covered fragments ``points``, each ``[B, M, C]`` (0 at padding);
+    ``material`` int64 ``[B, M]`` (-1 at padding)."""
 
     frags: Fragments
+    points: Points
     position: torch.Tensor
     normal: torch.Tensor
     albedo: torch.Tensor
@@ -48,26 +86,31 @@ class GBuffer:
 
 
 def gbuffer(frags: Fragments, geom: FrameGeometry, *, flat: bool) -> GBuffer:
-    """Interpolate positions, normals (face normals when ``flat``), colors and UVs at ``frags``."""
-    face, faces = frags.face_index, geom.faces
+    """Interpolate positions, normals (face normals when ``flat``), colors and UVs at the covered
+    fragments of ``frags`` only."""
+    pts, faces = Points.of(frags), geom.faces
+    face = torch.where(pts.valid, pts.take(frags.face_index), -1)[:, :, None, None]  # [B, M, 1, 1]
+    bary = pts.take(frags.bary)[:, :, None, None]  # [B, M, 1, 1, 3]
 
     def interp(values: torch.Tensor) -> torch.Tensor:
-        return interpolate_vertex(values if values.dim() == 3 else values[None], faces, face, frags.bary)
+        v = values if values.dim() == 3 else values[None]
+        return interpolate_vertex(v, faces, face, bary)[:, :, 0, 0]
 
     if flat:
-        normal = gather_face(face_normals(geom.positions, faces), face)
+        normal = gather_face(face_normals(geom.positions, faces), face)[:, :, 0, 0]
     else:
         normal = interp(geom.normals)
     normal = normal / normal.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    padded = torch.cat([geom.material_ids, geom.material_ids.new_full((1,), -1)])  # row F: empty fragments
-    material = padded[torch.where(face >= 0, face, faces.shape[0])]
-    return GBuffer(frags, interp(geom.positions), normal, interp(geom.colors), interp(geom.uvs), material)
+    padded = torch.cat([geom.material_ids, geom.material_ids.new_full((1,), -1)])  # row F: padding
+    material = padded[torch.where(face[:, :, 0, 0] >= 0, face[:, :, 0, 0], faces.shape[0])]
+    return GBuffer(frags, pts, interp(geom.positions), normal, interp(geom.colors), interp(geom.uvs), material)
 
 
 def surface_color(g: GBuffer, eye: torch.Tensor, *, lights: Sequence, textures, atlas_rects, has_uvs: bool,
                   material: Material | None, model: str, texture_filter: str, texture_wrap: str,
                   gamma: float | None) -> torch.Tensor:
-    """float ``[B, H, W, K, 3]``: textured, lit, gamma-encoded color of every fragment (0 where empty)."""
+    """float ``[B, H, W, K, 3]``: textured, lit, gamma-encoded color of every fragment (0 where
+    empty), computed at the covered fragments only."""
     albedo = g.albedo
     if textures is not None:
         albedo = albedo * _texture_factor(g, textures, atlas_rects, has_uvs, texture_filter, texture_wrap)
@@ -77,18 +120,21 @@ def surface_color(g: GBuffer, eye: torch.Tensor, *, lights: Sequence, textures, 
         color = shade(albedo, g.normal, g.position, eye, lights, model=model, material=material)
     if gamma is not None:
         color = gamma_encode(color, gamma)
-    return torch.where(g.frags.mask[..., None], color, torch.zeros((), dtype=color.dtype, device=color.device))
+    color = torch.where(g.points.valid[..., None], color, torch.zeros((), dtype=color.dtype, device=color.device))
+    return g.points.spread(color)
 
 
 def _texture_factor(g: GBuffer, textures, atlas_rects, has_uvs: bool, filt: str, wrap: str) -> torch.Tensor:
-    """float ``[B, H, W, K, 3]`` texture factor per fragment."""
+    """float ``[B, M, 3]`` texture factor at the points."""
     where = "Renderer.render"
     if not has_uvs:
         raise PyGpuValueError(f"{where}: `textures` given but a mesh has no UVs")
     mask, uv, mat = g.frags.mask, g.uv, g.material
     kw = {}
-    if filt == "trilinear":
-        kw["uv_grad"] = torch.stack([uv_derivatives(uv[..., k, :], mask[..., k]) for k in range(mask.shape[-1])], 3)
+    if filt == "trilinear":  # screen-space UV derivatives need the UV image
+        image = g.points.spread(uv)
+        dense = torch.stack([uv_derivatives(image[..., k, :], mask[..., k]) for k in range(mask.shape[-1])], 3)
+        kw["uv_grad"] = g.points.take(dense)
     if isinstance(textures, (list, tuple)):
         return _per_material(textures, uv, mat, filt, wrap, kw)
     if atlas_rects is not None:
@@ -142,7 +188,7 @@ def attachments(names: Sequence[str], g: GBuffer, geom: FrameGeometry, frame: Fr
     extras = {}
     for name in names:
         if name in values:
-            extras[name] = at_slot(values[name], slot, covered)
+            extras[name] = at_slot(g.points.spread(values[name]), slot, covered)
         else:
             table = ids[name]
             if table is None:  # no instancing: everything is instance 0
