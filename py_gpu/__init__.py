@@ -10,6 +10,7 @@ live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.shapes``, ``py_gpu.raster``
 """
 
 from ._check import BackendUnavailableError, MemoryBudgetError, PyGpuTypeError, PyGpuValueError, checks, set_checks
+from ._runtime import get_threads, set_threads
 from ._version import __version__
 from .backends import (
     Backend,
@@ -87,6 +88,8 @@ __all__ = [
     # errors
     "PyGpuValueError",
     "set_checks",
+    "set_threads",
+    "get_threads",
     "checks",
     "PyGpuTypeError",
     "BackendUnavailableError",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from ._check import PyGpuTypeError, check_rgb, check_size
+from ._runtime import cpu_threads
 from .backends import Backend, create_backend
 from .contracts import Fragments, Frame, TriangleBatch
 from .image import quantize
@@ -98,6 +99,12 @@ def render_batch(backend: Backend, batch: TriangleBatch, size, background, setti
 def render_rgb8(backend: Backend, batch: TriangleBatch, size, background,
                 settings: RasterSettings | None = None) -> torch.Tensor:
     """uint8 ``[B, H, W, 3]`` image of a validated batch (the 8-bit fast path, used by the seed protocol)."""
+    with cpu_threads(batch.device, batch.batch_size * size[0] * size[1]):
+        return _render_rgb8(backend, batch, size, background, settings)
+
+
+def _render_rgb8(backend: Backend, batch: TriangleBatch, size, background,
+                 settings: RasterSettings | None) -> torch.Tensor:
     settings = settings or RasterSettings()
     clipped = near_clip(batch, size)
     if clipped is None or clipped.num_clipped == 0:
@@ -141,7 +148,8 @@ def rasterize(
     be = resolve_backend(where, backend)
     tb = _batch(where, batch)
     size = check_size(where, size)
-    return rasterize_batch(be, tb, size, be.check_settings(where, s))
+    with cpu_threads(tb.device, tb.batch_size * size[0] * size[1]):
+        return rasterize_batch(be, tb, size, be.check_settings(where, s))
 
 
 def render(
@@ -177,4 +185,5 @@ def render(
     tb = _batch(where, batch)
     size = check_size(where, size)
     bg = check_rgb(where, "background", background, scale=1.0)
-    return render_batch(be, tb, size, bg, be.check_settings(where, s), b)
+    with cpu_threads(tb.device, tb.batch_size * size[0] * size[1]):
+        return render_batch(be, tb, size, bg, be.check_settings(where, s), b)

@@ -23,7 +23,7 @@ BEGIN, END = "<!-- modules: begin (tools/architecture.py) -->", "<!-- modules: e
 
 #: (layer name, module prefixes), from the bottom up.
 LAYERS = [
-    ("errors and checks", ["py_gpu._version", "py_gpu._check"]),
+    ("errors, checks, threads", ["py_gpu._version", "py_gpu._check", "py_gpu._runtime"]),
     ("settings, 8-bit images", ["py_gpu.settings", "py_gpu.image"]),
     ("contracts", ["py_gpu.contracts"]),
     ("rasterizers, meshes, shapes, cameras", ["py_gpu.raster", "py_gpu.mesh", "py_gpu.shapes", "py_gpu.camera"]),

@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from .._check import PyGpuTypeError, PyGpuValueError, check_rgb, check_size, resolve_device
+from .._runtime import cpu_threads
 from ..camera import Camera
 from ..contracts import Frame
 from ..frontend import resolve_backend
@@ -129,19 +130,20 @@ class Renderer:
         where = "Renderer.render"
         s, b, bg = self._call_settings(where, camera, model, attachments, mode, cull_backfaces,
                                        settings, blend, background)
-        self._scene.stats.frames += 1
-        h = self._scene.resolve(handles)
-        cam = camera.to(self.device, self.dtype)
-        geom = frame_geometry(self._scene, h, cam.batch_size, transforms=transforms, instances=instances,
-                              single_handle=isinstance(handles, MeshHandle) or len(list(handles)) == 1)
-        frags = raster_pass(self._scene, h, geom, cam, self.size, s)
-        g = gbuffer(frags, geom, flat=flat)
-        color = surface_color(g, cam.position, lights=lights, textures=textures, atlas_rects=atlas_rects,
-                              has_uvs=h.has_uvs, material=material, model=model, texture_filter=texture_filter,
-                              texture_wrap=texture_wrap, gamma=gamma)
-        frame, slot = composite(color, frags, bg, s, b)
-        extras = attachment_buffers(attachments, g, geom, frame, slot)
-        return Frame(frame.image, frame.alpha, frame.depth, frame.face_index, extras)
+        with cpu_threads(self.device, camera.batch_size * self.size[0] * self.size[1]):
+            self._scene.stats.frames += 1
+            h = self._scene.resolve(handles)
+            cam = camera.to(self.device, self.dtype)
+            geom = frame_geometry(self._scene, h, cam.batch_size, transforms=transforms, instances=instances,
+                                  single_handle=isinstance(handles, MeshHandle) or len(list(handles)) == 1)
+            frags = raster_pass(self._scene, h, geom, cam, self.size, s)
+            g = gbuffer(frags, geom, flat=flat)
+            color = surface_color(g, cam.position, lights=lights, textures=textures, atlas_rects=atlas_rects,
+                                  has_uvs=h.has_uvs, material=material, model=model, texture_filter=texture_filter,
+                                  texture_wrap=texture_wrap, gamma=gamma)
+            frame, slot = composite(color, frags, bg, s, b)
+            extras = attachment_buffers(attachments, g, geom, frame, slot)
+            return Frame(frame.image, frame.alpha, frame.depth, frame.face_index, extras)
 
     def _call_settings(self, where, camera, model, names, mode, cull_backfaces, settings, blend,
                        background):
