@@ -60,11 +60,11 @@ def _number_or_tensor(where: str, name: str, value, *, dtype, device) -> torch.T
     return t
 
 
-def _draw(kind: str, shape: tuple[int, ...], generator: torch.Generator | None, dtype, device) -> torch.Tensor:
+def _draw(where: str, kind: str, shape: tuple[int, ...], generator: torch.Generator | None, dtype, device) -> torch.Tensor:
     """``torch.rand`` / ``torch.randn`` of ``shape`` from ``generator`` (drawn on the generator's
     device, then moved), so a CPU generator seeds results on any device."""
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise PyGpuTypeError(f"`generator` must be a torch.Generator or None, got {type(generator).__name__}")
+        raise PyGpuTypeError(f"{where}: `generator` must be a torch.Generator or None, got {type(generator).__name__}")
     draw_on = generator.device if generator is not None else device
     fn = torch.rand if kind == "rand" else torch.randn
     return fn(shape, generator=generator, dtype=dtype, device=draw_on).to(device)
@@ -88,8 +88,8 @@ def _mesh_args(where: str, positions, faces) -> tuple[torch.Tensor, "MeshTopolog
     if topo.faces.device != positions.device:
         raise PyGpuValueError(f"{where}: `faces` is on {topo.faces.device} but `positions` on {positions.device}")
     nv = positions.shape[-2]
-    if topo.faces.numel() and int(topo.faces.max()) >= nv:
-        raise PyGpuValueError(f"{where}: `faces` indexes vertex {int(topo.faces.max())} but `positions` has {nv} vertices")
+    if topo.num_vertices > nv:
+        raise PyGpuValueError(f"{where}: `faces` indexes vertex {topo.num_vertices - 1} but `positions` has {nv} vertices")
     return (positions if batched else positions[None]), topo, batched
 
 
@@ -180,7 +180,7 @@ def random_rotations(n: int, *, generator: torch.Generator | None = None, dtype:
     reproducible; the draw happens on its device and is moved to ``device``.
     """
     n = _count("random_rotations", "n", n)
-    q = _draw("randn", (n, 4), generator, dtype, device)
+    q = _draw("random_rotations", "randn", (n, 4), generator, dtype, device)
     return quaternion_to_matrix(q)
 
 
@@ -213,7 +213,7 @@ def random_rotation_near(angle_deg, n: int = 1, generator: torch.Generator | Non
         raise PyGpuValueError(f"{where}: `angle_deg` has {angle.shape[0]} values but n = {n}")
     if bool(((angle.detach() < 0) | (angle.detach() > 180)).any()):
         raise PyGpuValueError(f"{where}: `angle_deg` must be in [0, 180] degrees, got {angle_deg}")
-    axis = _draw("randn", (n, 3), generator, dtype, angle.device)
+    axis = _draw(where, "randn", (n, 3), generator, dtype, angle.device)
     axis = axis / axis.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
     delta = axis_angle_to_matrix(axis * (angle * (math.pi / 180.0))[:, None])
     if rotation is None:
@@ -251,8 +251,9 @@ _TOPOLOGY_CACHE: dict[int, tuple] = {}
 def mesh_topology(faces: torch.Tensor) -> MeshTopology:
     """The :class:`MeshTopology` of int ``[F, 3]`` ``faces``, computed once and cached per tensor.
 
-    The cache holds a weak reference to ``faces`` and its version counter, so a new or modified
-    faces tensor is computed again and a dropped one frees its entry. The losses call this;
+    The cache holds a weak reference to ``faces`` (the topology keeps its own copy) and its
+    version counter, so a new or modified faces tensor is computed again and a dropped one frees
+    its entry. The losses call this;
     pass the result instead of ``faces`` to skip even the lookup.
     """
     where = "mesh_topology"
@@ -276,6 +277,8 @@ def _build_topology(where: str, faces: torch.Tensor) -> MeshTopology:
         f = f.long()
     nv = int(f.max()) + 1 if f.numel() else 0
     f = check_faces(where, f, max(nv, 1))
+    if f is faces:  # the cache must not keep the caller's tensor alive
+        f = f.clone()
     device = f.device
     F = f.shape[0]
     # each face's three edges (corner k, k+1) and the corner opposite each
@@ -432,7 +435,7 @@ def sample_points(positions: torch.Tensor, faces: torch.Tensor, n: int, *, gener
     total = cdf[:, -1:]
     if bool((total <= 0).any()):
         raise PyGpuValueError(f"{where}: a mesh has zero surface area; nothing to sample")
-    r = _draw("rand", (B, n, 3), generator, pos.dtype, pos.device)
+    r = _draw(where, "rand", (B, n, 3), generator, pos.dtype, pos.device)
     face = torch.searchsorted(cdf, (r[..., 0] * total).contiguous(), right=True).clamp_max(f.shape[0] - 1)  # [B, n]
     s = r[..., 1].sqrt()
     w = torch.stack([1.0 - s, s * (1.0 - r[..., 2]), s * r[..., 2]], -1)  # [B, n, 3] corner weights

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
@@ -149,6 +150,10 @@ def test_topology_edges_pairs_and_cache():
     assert fit.mesh_topology(g) is not topo
     g[0, 0] = 3  # modified in place: computed again
     assert fit.mesh_topology(g).faces[0, 0] == 3
+    key = id(g)
+    del g
+    gc.collect()
+    assert key not in fit._TOPOLOGY_CACHE  # a dropped faces tensor frees its entry
     # an edge shared by three faces gives three pairs
     fan = torch.tensor([[0, 1, 2], [1, 0, 3], [0, 1, 4]])
     assert fit.mesh_topology(fan).pair_edges.tolist() == [[0, 1]] * 3
