@@ -3,7 +3,7 @@
 The whole public surface is below. Tensor API: ``TriangleBatch`` -> ``rasterize`` ->
 ``Fragments`` -> ``interpolate`` / ``render`` -> ``Frame``. World space: ``MeshBatch`` +
 ``Camera`` -> ``Renderer`` (lit, textured, persistent geometry) -> ``Frame``. Building blocks
-live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.shapes``, ``py_gpu.raster`` and
+live in ``py_gpu.camera``, ``py_gpu.mesh``, ``py_gpu.shapes``, ``py_gpu.fit``, ``py_gpu.raster`` and
 ``py_gpu.shading``. py_gpu 0.0.1's API (``RasterBatch`` of ``ScreenTriangle`` ->
 ``select_backend(...).render(batch, width, height)`` -> ``FrameBuffer``) lives in
 ``py_gpu.compat`` and is re-exported here.
@@ -39,7 +39,7 @@ from .compat import (
 )
 from .contracts import Fragments, Frame, TriangleBatch
 from .frontend import interpolate, rasterize, render
-from . import shapes
+from . import fit, shapes
 from .mesh import MeshBatch
 from .renderer import Renderer
 from .settings import BlendSettings, RasterSettings
@@ -62,6 +62,7 @@ __all__ = [
     "Camera",
     "MeshBatch",
     "shapes",
+    "fit",
     "Renderer",
     # backends
     "Backend",

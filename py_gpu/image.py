@@ -1,4 +1,5 @@
-"""8-bit image output: quantization by the raster rule and PNG encoding (pillow when installed)."""
+"""8-bit image output: quantization by the raster rule and PNG encoding (pillow when installed);
+the exact sRGB transfer functions."""
 
 from __future__ import annotations
 
@@ -17,6 +18,27 @@ from ._check import PyGpuTypeError, PyGpuValueError
 def quantize(values: torch.Tensor) -> torch.Tensor:
     """Float color to uint8 by the raster rule: ``floor(clamp(c, 0, 1) * 255 + 0.5)``."""
     return torch.floor(values.clamp(0.0, 1.0) * 255.0 + 0.5).to(torch.uint8)
+
+
+def srgb_to_linear(values: torch.Tensor) -> torch.Tensor:
+    """Decode sRGB-encoded float values (``[0, 1]``, any shape) to linear light, by the exact
+    piecewise sRGB transfer function (IEC 61966-2-1): ``c / 12.92`` for ``c <= 0.04045``, else
+    ``((c + 0.055) / 1.055) ** 2.4``. An 8-bit texel of 128 decodes to 0.2158. Differentiable;
+    values below 0 continue the linear segment."""
+    if not isinstance(values, torch.Tensor) or not values.is_floating_point():
+        raise PyGpuTypeError(f"srgb_to_linear: `values` must be a float tensor, got {getattr(values, 'dtype', type(values).__name__)}")
+    curve = ((values.clamp_min(0.04045) + 0.055) / 1.055) ** 2.4
+    return torch.where(values <= 0.04045, values / 12.92, curve)
+
+
+def linear_to_srgb(values: torch.Tensor) -> torch.Tensor:
+    """Encode linear float values (``[0, 1]``, any shape) as sRGB, the exact inverse of
+    :func:`srgb_to_linear`: ``12.92 c`` for ``c <= 0.0031308``, else ``1.055 c ** (1/2.4) - 0.055``.
+    Differentiable; values below 0 continue the linear segment."""
+    if not isinstance(values, torch.Tensor) or not values.is_floating_point():
+        raise PyGpuTypeError(f"linear_to_srgb: `values` must be a float tensor, got {getattr(values, 'dtype', type(values).__name__)}")
+    curve = 1.055 * values.clamp_min(0.0031308) ** (1.0 / 2.4) - 0.055
+    return torch.where(values <= 0.0031308, values * 12.92, curve)
 
 
 def encode_png(pixels) -> bytes:

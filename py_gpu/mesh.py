@@ -1,4 +1,4 @@
-"""World-space meshes: ``MeshBatch``, OBJ input/output, trimesh interop (shapes: ``py_gpu.shapes``).
+"""World-space meshes: ``MeshBatch``, OBJ (+ MTL) input/output, trimesh interop (shapes: ``py_gpu.shapes``).
 
 Winding: front faces are counter-clockwise seen from outside (right-handed), so their normals
 ``(v1 - v0) x (v2 - v0)`` point outward. UVs: ``(u, v)`` with u to the right and **v up**
@@ -7,26 +7,25 @@ Winding: front faces are counter-clockwise seen from outside (right-handed), so 
 
 from __future__ import annotations
 
+import math
 import os
-from pathlib import Path
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ._check import PyGpuTypeError, PyGpuValueError, check_faces, check_finite, check_float, check_shape
+from .image import srgb_to_linear
 
 __all__ = [
     "MeshBatch",
     "vertex_normals",
     "face_normals",
-    "cube",
-    "icosphere",
-    "uv_sphere",
-    "plane",
-    "torus",
     "concat_meshes",
+    "ObjMaterial",
     "load_obj",
+    "load_obj_with_materials",
     "save_obj",
     "from_trimesh",
     "to_trimesh",
@@ -228,18 +227,130 @@ def _obj_lines(path) -> list[str]:
     return text.splitlines()
 
 
-def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> MeshBatch:
-    """Read a Wavefront OBJ: ``v``, ``vt``, ``vn`` and ``f`` (polygons are fan-triangulated;
-    negative indices allowed). Each distinct ``v/vt/vn`` corner becomes one vertex. ``usemtl``
-    names become material ids in order of first use. Other statements are ignored."""
-    where = "load_obj"
+@dataclass(frozen=True, eq=False)
+class ObjMaterial:
+    """One material of an OBJ file, as its MTL file defines it.
+
+    Attributes:
+        name: the ``usemtl`` / ``newmtl`` name (``""`` for faces before any ``usemtl``).
+        diffuse: ``Kd`` as float RGB (``(1, 1, 1)`` when the MTL gives none or the material is
+            not defined in any MTL file).
+        texture: the ``map_Kd`` image as float ``[Ht, Wt, 3]`` **linear** RGB (decoded from
+            sRGB), row 0 at the top, on the mesh's device; None without ``map_Kd`` (or when the
+            loader was asked not to decode images). ``Renderer.render(textures=[...])`` takes
+            it as is; wrap it in ``py_gpu.shading.texture.Texture`` to cache its mip pyramid.
+        texture_path: where ``map_Kd`` points (resolved against the MTL file's folder), or None.
+    """
+
+    name: str
+    diffuse: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    texture: torch.Tensor | None = None
+    texture_path: Path | None = None
+
+
+#: ``map_Kd`` options and how many arguments each takes (``-o``/``-s``/``-t``: up to 3 numbers).
+_MAP_OPTIONS = {"-blendu": 1, "-blendv": 1, "-bm": 1, "-boost": 1, "-cc": 1, "-clamp": 1, "-imfchan": 1,
+                "-texres": 1, "-type": 1, "-mm": 2, "-o": 3, "-s": 3, "-t": 3}
+
+
+def _map_file(args: list[str]) -> str:
+    """The file name of a ``map_Kd`` statement: options skipped, spaces inside the name kept."""
+    k = 0
+    while k < len(args) and args[k] in _MAP_OPTIONS:
+        want, k = _MAP_OPTIONS[args[k]], k + 1
+        for _ in range(want):
+            if k >= len(args) - 1:  # the last token is the file name
+                break
+            if want == 3:
+                try:
+                    float(args[k])
+                except ValueError:
+                    break
+            k += 1
+    return " ".join(args[k:])
+
+
+def _existing(folder: Path, name: str) -> Path:
+    """``folder / name``, trying forward slashes for a path written with backslashes."""
+    path = folder / name
+    if not path.exists() and "\\" in name:
+        alt = folder / name.replace("\\", "/")
+        if alt.exists():
+            return alt
+    return path
+
+
+def _read_mtl(path: Path, where: str, table: dict) -> None:
+    """Add the materials of MTL file ``path`` to ``table`` (``name -> {"diffuse", "map", "line"}``);
+    a name defined again replaces the earlier definition."""
+    current = None
+    for line_no, raw in enumerate(_obj_lines(path), 1):
+        parts = raw.split("#", 1)[0].split()
+        if not parts:
+            continue
+        tag, args = parts[0], parts[1:]
+        if tag == "newmtl":
+            current = table[" ".join(args)] = {"diffuse": (1.0, 1.0, 1.0), "map": None, "line": None}
+        elif tag in ("Kd", "map_Kd") and current is None:
+            raise PyGpuValueError(f"{where}: {path}:{line_no}: `{tag}` before any `newmtl`")
+        elif tag == "Kd":
+            try:
+                rgb = [float(x) for x in args]
+            except ValueError:
+                rgb = []
+            if len(rgb) not in (1, 3) or not all(math.isfinite(c) for c in rgb):
+                raise PyGpuValueError(f"{where}: {path}:{line_no}: `Kd` needs 3 numbers (r g b), got {raw.strip()!r}")
+            current["diffuse"] = tuple(rgb * 3 if len(rgb) == 1 else rgb)
+        elif tag == "map_Kd":
+            name = _map_file(args)
+            if not name:
+                raise PyGpuValueError(f"{where}: {path}:{line_no}: `map_Kd` names no file")
+            current["map"], current["line"] = _existing(path.parent, name), f"{path}:{line_no}"
+
+
+def _decode_texture(path: Path, line: str, where: str, dtype, device) -> torch.Tensor:
+    """float ``[Ht, Wt, 3]`` linear RGB of an 8-bit image file (sRGB-decoded)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError("load_obj: reading map_Kd textures needs Pillow: pip install pillow") from None
+    try:
+        with Image.open(path) as img:
+            rgb = np.asarray(img.convert("RGB"), dtype=np.float64) / 255.0
+    except OSError as exc:
+        raise PyGpuValueError(f"{where}: {line}: cannot read texture {str(path)!r} ({exc})") from None
+    return srgb_to_linear(torch.from_numpy(rgb)).to(dtype=dtype, device=device)
+
+
+def _materials(names: list[str], table: dict, where: str, decode: bool, dtype, device) -> list[ObjMaterial]:
+    """The used materials, by id; texture files must exist (and are decoded when ``decode``)."""
+    out = []
+    for name in names:
+        spec = table.get(name)
+        if spec is None:
+            out.append(ObjMaterial(name))
+            continue
+        tex_path, texture = spec["map"], None
+        if tex_path is not None:
+            if not tex_path.is_file():
+                raise PyGpuValueError(f"{where}: {spec['line']}: map_Kd texture {str(tex_path)!r} does not exist")
+            if decode:
+                texture = _decode_texture(tex_path, spec["line"], where, dtype, device)
+        out.append(ObjMaterial(name, spec["diffuse"], texture, tex_path))
+    return out
+
+
+def _parse_obj(path, where: str, read_mtl: bool):
+    """One pass over an OBJ file: ``(pos, tex, nrm, corners, faces, face materials, material
+    names by id, MTL table or None when no MTL file was read)``."""
     pos, tex, nrm = [], [], []
     corners: dict[tuple, int] = {}
-    corner_list: list[tuple] = []
     faces: list[tuple[int, int, int]] = []
     mats: list[int] = []
     mat_names: dict[str, int] = {}
-    current = 0
+    table: dict | None = None
+    current = None
+    saw_usemtl = False
 
     def resolve(i: str, n: int, what: str, line_no: int) -> int:
         k = int(i)
@@ -267,7 +378,18 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
             elif tag == "vn":
                 nrm.append(numbers(args, 3, "vn", line_no))
             elif tag == "usemtl":
-                current = mat_names.setdefault(args[0] if args else "", len(mat_names))
+                current = mat_names.setdefault(" ".join(args), len(mat_names))
+                saw_usemtl = True
+            elif tag == "mtllib" and read_mtl:
+                folder = Path(path).parent
+                whole = _existing(folder, " ".join(args))
+                files = [whole] if len(args) > 1 and whole.is_file() else [_existing(folder, a) for a in args]
+                table = {} if table is None else table
+                for mtl in files:
+                    if not mtl.is_file():
+                        raise PyGpuValueError(f"{where}: {path}:{line_no}: MTL file {str(mtl)!r} does not exist "
+                                              "(pass mtl=False to load the geometry only)")
+                    _read_mtl(mtl, where, table)
             elif tag == "f":
                 ids = []
                 for corner in args:
@@ -275,12 +397,11 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
                     key = (resolve(bits[0], len(pos), "v", line_no),
                            resolve(bits[1], len(tex), "vt", line_no) if bits[1] else -1,
                            resolve(bits[2], len(nrm), "vn", line_no) if bits[2] else -1)
-                    if key not in corners:
-                        corners[key] = len(corner_list)
-                        corner_list.append(key)
-                    ids.append(corners[key])
+                    ids.append(corners.setdefault(key, len(corners)))
                 if len(ids) < 3:
                     raise PyGpuValueError(f"{where}: {path}:{line_no}: a face needs at least 3 corners")
+                if current is None:  # faces before any usemtl: the unnamed default material
+                    current = mat_names.setdefault("", len(mat_names))
                 for k in range(1, len(ids) - 1):
                     faces.append((ids[0], ids[k], ids[k + 1]))
                     mats.append(current)
@@ -288,8 +409,16 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
             if isinstance(exc, PyGpuValueError):
                 raise
             raise PyGpuValueError(f"{where}: {path}:{line_no}: cannot parse {raw.strip()!r}") from None
+    names = list(mat_names) if saw_usemtl else []
+    return pos, tex, nrm, list(corners), faces, mats, names, table
+
+
+def _load_obj(path, where: str, *, dtype, device, mtl: bool, decode: bool) -> tuple[MeshBatch, list[ObjMaterial]]:
+    pos, tex, nrm, corner_list, faces, mats, names, table = _parse_obj(path, where, mtl)
     if not corner_list:  # a point cloud: keep the positions
-        return mesh_from_arrays(np.asarray(pos, float).reshape(-1, 3), np.zeros((0, 3), np.int64), None, None, dtype, device)
+        mesh = mesh_from_arrays(np.asarray(pos, float).reshape(-1, 3), np.zeros((0, 3), np.int64), None, None, dtype, device)
+        return mesh, []
+    materials = _materials(names, table or {}, where, decode, dtype, device)
     c = np.asarray(corner_list)
     P = np.asarray(pos, float)[c[:, 0]]
     has_uv = bool((c[:, 1] >= 0).all()) and len(tex) > 0
@@ -298,10 +427,70 @@ def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None) -> Me
     n = np.asarray(nrm, float)[c[:, 2]] if has_n else None
     if n is not None:
         n = n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-20)
-    mesh = mesh_from_arrays(P, faces, n, uv, dtype, device)
-    if len(mat_names) > 1:
+    F = np.asarray(faces, np.int64)
+    colors = None
+    if table is not None and materials:
+        if n is None:  # smooth normals of the corners as written, kept through the split below
+            n = vertex_normals(torch.as_tensor(P, dtype=dtype), torch.as_tensor(F)).double().numpy()
+        # Kd per vertex; textured materials are white so the texture shows as authored.
+        rows = np.asarray([(1.0, 1.0, 1.0) if m.texture_path is not None else m.diffuse for m in materials])
+        palette, row_of = np.unique(rows, axis=0, return_inverse=True)
+        face_row = row_of.reshape(-1)[np.asarray(mats)]  # [F]
+        # split vertices shared by faces of different colors: one vertex per (corner, color)
+        key = F * len(palette) + face_row[:, None]  # [F, 3]
+        uniq, first, inverse = np.unique(key.reshape(-1), return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # vertices in order of first use
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        F = rank[inverse.reshape(-1)].reshape(-1, 3)
+        src, row = uniq[order] // len(palette), uniq[order] % len(palette)
+        P, n = P[src], n[src]
+        uv = uv[src] if uv is not None else None
+        colors = palette[row]
+    mesh = mesh_from_arrays(P, F, n, uv, dtype, device)
+    if colors is not None:
+        mesh = replace(mesh, colors=torch.as_tensor(colors, dtype=dtype, device=device))
+    if names:
         mesh = replace(mesh, material_ids=torch.tensor(mats, dtype=torch.int64, device=device))
-    return mesh
+    return mesh, materials
+
+
+def load_obj(path: str | os.PathLike, *, dtype=torch.float32, device=None, mtl: bool = True) -> MeshBatch:
+    """Read a Wavefront OBJ: ``v``, ``vt``, ``vn`` and ``f`` (polygons are fan-triangulated;
+    negative indices allowed). Each distinct ``v/vt/vn`` corner becomes one vertex.
+
+    Materials: ``usemtl`` names become ``material_ids`` in order of first use (all zeros, not
+    None, for a single ``usemtl``; faces before any ``usemtl`` get the unnamed material ``""``).
+    ``mtllib`` files (relative to the OBJ's folder; several allowed) are read for ``newmtl``,
+    ``Kd`` and ``map_Kd``: when one is read, ``Kd`` becomes the per-vertex ``colors`` (white for
+    textured materials, so their texture shows as authored), and vertices shared by faces of
+    different colors are split. The textures themselves come from
+    :func:`load_obj_with_materials`. Other statements are ignored.
+
+    Args:
+        mtl: False ignores ``mtllib`` (no colors; for an OBJ whose MTL file is missing).
+
+    Raises:
+        PyGpuValueError: a malformed line, an index out of range, a missing MTL file (the OBJ
+            line is named) or a missing ``map_Kd`` file (the MTL line is named).
+    """
+    return _load_obj(path, "load_obj", dtype=dtype, device=device, mtl=mtl, decode=False)[0]
+
+
+def load_obj_with_materials(path: str | os.PathLike, *, dtype=torch.float32, device=None,
+                            mtl: bool = True) -> tuple[MeshBatch, list[ObjMaterial]]:
+    """:func:`load_obj`, and the materials its ``material_ids`` index: ``(mesh, materials)``.
+
+    ``materials[i]`` is the :class:`ObjMaterial` of material id ``i`` (its name, ``Kd`` and the
+    ``map_Kd`` image decoded from sRGB to linear float ``[Ht, Wt, 3]``); a name that no MTL file
+    defines gets a white, untextured material. Without ``usemtl`` or ``mtllib`` the list is empty.
+    The materials stay beside the mesh rather than in ``MeshBatch``, whose merges
+    (``concat_meshes``, ``Renderer.upload``) keep material ids as given. Render them with::
+
+        mesh, materials = load_obj_with_materials("model.obj")
+        frame = renderer.render(renderer.upload(mesh), camera, textures=[m.texture for m in materials])
+    """
+    return _load_obj(path, "load_obj_with_materials", dtype=dtype, device=device, mtl=mtl, decode=True)
 
 
 def save_obj(path: str | os.PathLike, mesh: MeshBatch, *, index: int = 0) -> None:
