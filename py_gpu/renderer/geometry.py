@@ -68,7 +68,7 @@ def frame_geometry(scene: Scene, h: MeshHandle, batch_size: int, *, transforms=N
                    single_handle: bool = True) -> FrameGeometry:
     """Apply ``instances`` (the handle drawn N times) and then ``transforms`` (the whole scene)."""
     where, dev, dt = "Renderer.render", scene.device, scene.dtype
-    pos, nrm, faces = h.positions, h.normals, h.faces
+    pos, nrm, faces = h.positions, h.current_normals(), h.faces
     uvs, cols, obj, mats, inst_ids = h.uvs, h.colors, h.object_ids, h.material_ids, None
     if pos.dim() == 2:
         pos, nrm = pos[None], nrm[None]

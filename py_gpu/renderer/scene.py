@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 from .._check import PyGpuTypeError, PyGpuValueError
-from ..mesh import MeshBatch, concat_meshes
+from ..mesh import MeshBatch, concat_meshes, vertex_normals
 
 __all__ = ["MeshHandle", "RenderStats", "Scene"]
 
@@ -58,6 +58,10 @@ class MeshHandle:
     _gpu: object = None  # the backend's persistent copy of positions/faces (e.g. a GLMesh), or None
     _gpu_version: tuple = ()  # (positions._version, faces._version) when _gpu was made
     released: bool = False
+    #: normals are the smooth normals of the positions (not given by the user): recomputed when
+    #: the positions change in place
+    auto_normals: bool = False
+    _normals_version: int = -1
 
     @property
     def num_vertices(self) -> int:
@@ -76,6 +80,32 @@ class MeshHandle:
         for name in ("positions", "normals", "uvs", "colors", "faces", "material_ids", "object_ids"):
             setattr(self, name, None)
         self._instanced.clear()
+
+    def update_positions(self, positions: torch.Tensor, normals: torch.Tensor | None = None) -> None:
+        """Replace the vertex positions (same shape), keeping faces, UVs and colors.
+
+        ``normals`` replaces the normals too; without it, smooth normals are recomputed from the
+        new positions. Writing into ``handle.positions`` in place works as well: computed normals
+        follow on the next frame, and a backend's persistent copy is sent again.
+        """
+        if self.released:
+            raise PyGpuValueError("MeshHandle.update_positions: this handle was released; upload the mesh again")
+        if not isinstance(positions, torch.Tensor) or positions.shape != self.positions.shape:
+            got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+            raise PyGpuValueError(f"MeshHandle.update_positions: need positions of shape {tuple(self.positions.shape)}, got {got}")
+        self.positions = positions.to(self.positions.device, self.positions.dtype)
+        if normals is not None:
+            self.normals = normals.to(self.positions.device, self.positions.dtype).expand_as(self.positions)
+            self.auto_normals = False
+        self._normals_version = -1
+        self._gpu_version = ()
+
+    def current_normals(self) -> torch.Tensor:
+        """The normals for this frame: recomputed from the positions when they changed."""
+        if self.auto_normals and self._normals_version != self.positions._version:
+            self.normals = vertex_normals(self.positions, self.faces)
+            self._normals_version = self.positions._version
+        return self.normals
 
     def drop_gpu(self) -> None:
         if self._gpu is not None:
@@ -128,6 +158,8 @@ class Scene:
         mats = m.material_ids if m.material_ids is not None else torch.zeros(m.num_faces, dtype=torch.int64, device=self.device)
         pos = m.positions if m.positions.requires_grad else m.positions.detach()
         h = MeshHandle(next(_ids), pos, m.normals, uvs, m.colors, m.faces, mats, object_ids, has_uvs)
+        h.auto_normals = bool(torch.allclose(m.normals, vertex_normals(m.positions.detach(), m.faces), atol=1e-6))
+        h._normals_version = h.positions._version
         self._handles[h.id] = h
         if self.persistent and h.positions.dim() == 2:
             self._upload_gpu(h)
