@@ -8,6 +8,7 @@ import torch
 
 import py_gpu
 from py_gpu import Fragments, PyGpuTypeError, PyGpuValueError, TriangleBatch
+from py_gpu.fixtures import mesh_fixture
 from py_gpu.shading import antialias, edge_topology
 
 from conftest import TOLERANCES
@@ -200,8 +201,9 @@ def test_a_batch_is_its_items(device, dtype):
         one = Fragments(frags.face_index[i:i + 1], frags.bary[i:i + 1], frags.depth[i:i + 1])
         assert torch.equal(out[i:i + 1], antialias(color[i:i + 1], one, verts[i:i + 1], faces))
     # [V, 3] vertices (or a batch of 1) are shared by every image
-    shared = antialias(color, Fragments(frags.face_index[:1].expand(2, -1, -1, -1), frags.bary[:1].expand(2, -1, -1, -1, -1),
-                                        frags.depth[:1].expand(2, -1, -1, -1)), a[0], faces)
+    first = Fragments(frags.face_index[:1].expand(2, -1, -1, -1), frags.bary[:1].expand(2, -1, -1, -1, -1),
+                      frags.depth[:1].expand(2, -1, -1, -1))
+    shared = antialias(color, first, a[0], faces)
     assert torch.equal(shared[:1], out[:1])
 
 
@@ -231,6 +233,32 @@ def test_a_folded_edge_is_a_silhouette_and_a_flat_one_is_not(device):
         out = antialias(color, frags, verts, faces)
         assert torch.equal(out, antialias(color, frags, verts, faces, topology=every_edge)) == silhouette
         assert not torch.equal(out, color)  # the outer edges are silhouettes either way
+
+
+def test_a_closed_mesh_is_blended_on_its_outline_only(device, dtype):
+    """An icosphere: its interior edges (front-facing neighbours) are left alone, its outline
+    (edges whose neighbour faces away, behind faces narrower than a pixel) is blended."""
+    batch = mesh_fixture("icosphere", 1280, 64, 64, dtype=dtype, device=device)
+    frags = py_gpu.rasterize(batch, (64, 64))
+    color = py_gpu.interpolate(batch.vertex_colors, frags, batch.faces)[..., 0, :]
+    out = antialias(color, frags, batch.vertices, batch.faces)
+    covered = frags.face_index[0, ..., 0] >= 0
+    outline = torch.zeros_like(covered)  # pixels with a 4-neighbour on the other side of the outline
+    outline[:, 1:] |= covered[:, 1:] != covered[:, :-1]
+    outline[:, :-1] |= covered[:, 1:] != covered[:, :-1]
+    outline[1:] |= covered[1:] != covered[:-1]
+    outline[:-1] |= covered[1:] != covered[:-1]
+    changed = (out != color).any(-1)[0]
+    assert not bool((changed & ~outline).any())
+    assert int(changed.sum()) > 0.4 * int(outline.sum())  # one pixel of each pair across the outline
+
+
+def test_an_empty_mesh_changes_nothing(device):
+    verts = torch.zeros(1, 0, 3, device=device)
+    faces = torch.zeros(0, 3, dtype=torch.int64, device=device)
+    frags = py_gpu.rasterize(TriangleBatch(verts, faces), _SIZE)
+    color = torch.rand(1, *_SIZE, 3).to(device)
+    assert torch.equal(antialias(color, frags, verts, faces), color)
 
 
 def test_adam_fits_a_triangle_to_an_antialiased_target(device):

@@ -17,9 +17,18 @@ point's distance from ``A``'s center (0 at ``A``, 1 at ``B``):
 
 A pixel takes the sum of the changes from its (up to four) pairs. Every other pixel is returned
 bitwise unchanged.
+
+Two choices go beyond the paper's outline. The search walks: when the front face's edge on the
+segment is not a silhouette, it continues into the face across that edge, and so on, because near
+the outline of a dense mesh the silhouette edge belongs to a face narrower than a pixel that
+neither pixel shows. And each edge is handled by one pair direction only (x pairs take edges
+steeper than 45 degrees, y pairs the others), so that a pixel along a straight edge is blended
+once.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -40,6 +49,10 @@ __all__ = ["antialias", "edge_topology"]
 #: Coverage is decided on vertices snapped to 1/256 px, the crossing from the unsnapped ones, so
 #: the two can disagree by a little; such crossings are clamped onto the segment.
 CROSSING_SLACK = 0.125
+
+#: Most faces one pair's walk crosses before it gives up (see ``_find_silhouette``); near the
+#: outline of a dense mesh a few dozen faces narrower than a pixel can lie between two centers.
+MAX_WALK = 256
 
 _NEXT = (1, 2, 0)  # edge k of a face joins its corners k and _NEXT[k]
 
@@ -114,8 +127,8 @@ def antialias(color: torch.Tensor, fragments: Fragments, vertices: torch.Tensor,
     an endpoint at ``w <= 0`` (behind the camera) are not antialiased.
 
     Raises:
-        PyGpuTypeError: a non-tensor, non-float ``color`` or ``vertices``, integer-free ``faces``,
-            ``fragments`` that is not a ``Fragments``.
+        PyGpuTypeError: a non-tensor, non-float ``color`` or ``vertices``, non-integer ``faces`` or
+            ``topology``, ``fragments`` that is not a ``Fragments``.
         PyGpuValueError: soft fragments (``K > 1``), mismatched shapes, devices or batch sizes,
             NaN/inf in ``color`` or ``vertices``, face indices out of range.
     """
@@ -125,8 +138,8 @@ def antialias(color: torch.Tensor, fragments: Fragments, vertices: torch.Tensor,
     depth = fragments.depth[..., 0]  # [B, H, W]
     vertices = vertices.to(torch.promote_types(color.dtype, vertices.dtype))
     xy, ahead = _screen_xy(vertices, H, W)  # [Bv, V, 2] px, bool [Bv, V] (w > 0)
-    hom = _homogeneous(vertices).detach()  # [Bv, V, 3] for the side-of-edge tests
-    geometry = (xy, ahead, hom, faces, topology)
+    silhouette = _silhouette_edges(vertices, faces, topology)  # bool [Bv, F, 3]
+    geometry = (xy, ahead, silhouette, faces, topology)
 
     delta = torch.zeros_like(color)
     touched = torch.zeros(B, H, W, dtype=torch.bool, device=color.device)
@@ -162,13 +175,6 @@ def _screen_xy(vertices: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, to
     return torch.stack((x, y), dim=-1), ahead
 
 
-def _homogeneous(vertices: torch.Tensor) -> torch.Tensor:
-    """``(x, y, w)`` of every vertex (``w = 1`` in screen space): side-of-edge tests that hold for any ``w``."""
-    if vertices.shape[-1] == 4:
-        return vertices[..., (0, 1, 3)]
-    return torch.cat((vertices[..., :2], torch.ones_like(vertices[..., :1])), dim=-1)
-
-
 def _pair_weights(face_index: torch.Tensor, depth: torch.Tensor, geometry, axis: int):
     """Blend weights of the pairs of pixels adjacent along ``axis`` (2: x, 1: y).
 
@@ -176,7 +182,7 @@ def _pair_weights(face_index: torch.Tensor, depth: torch.Tensor, geometry, axis:
     ``A``: the weight with which ``B``'s color is mixed into ``A``, and ``A``'s into ``B``. At most
     one of the two is non-zero per pair.
     """
-    xy, ahead, hom, faces, topology = geometry
+    xy = geometry[0]
     n = face_index.shape[axis] - 1
     fa, fb = face_index.narrow(axis, 0, n), face_index.narrow(axis, 1, n)  # [B, H', W']
     zeros = torch.zeros(fa.shape, dtype=xy.dtype, device=xy.device)
@@ -186,38 +192,15 @@ def _pair_weights(face_index: torch.Tensor, depth: torch.Tensor, geometry, axis:
     fa, fb = fa[pair], fb[pair]  # [N]
     da, db = depth.narrow(axis, 0, n)[pair], depth.narrow(axis, 1, n)[pair]
     a_in_front = (fb < 0) | ((fa >= 0) & ((da < db) | ((da == db) & (fa < fb))))
-    front = torch.where(a_in_front, fa, fb)  # [N] the nearer face: its edge is the silhouette
-    b = pair[0] if xy.shape[0] > 1 else torch.zeros_like(pair[0])
-    corners = faces[front]  # [N, 3]
-    ends = corners[:, list(_NEXT)]  # [N, 3] second corner of each edge
-    along = 0 if axis == 2 else 1  # the coordinate that runs along the segment
-    across = 1 - along
-    p0, p1 = xy[b[:, None], corners], xy[b[:, None], ends]  # [N, 3, 2] edge endpoints, px
-    # pixel A's center: (col + 0.5, row + 0.5)
-    ua = pair[axis].to(xy.dtype)[:, None] + 0.5  # [N, 1]
-    va = pair[3 - axis].to(xy.dtype)[:, None] + 0.5
-
-    # where each edge's line meets the segment's line, when the edge spans it (half-open test)
-    u0, u1, v0, v1 = p0[..., along], p1[..., along], p0[..., across], p1[..., across]  # [N, 3]
-    spans = (v0 < va) != (v1 < va)
-    span = torch.where(spans, v1 - v0, torch.ones((), dtype=xy.dtype, device=xy.device))
-    t = u0 + (va - v0) / span * (u1 - u0) - ua  # [N, 3] crossing, from A's center toward B's
-    # the front face covers its own pixel: the segment leaves it (from A) at the largest crossing,
-    # or enters it (toward B) at the smallest
-    sign = (a_in_front.to(xy.dtype) * 2.0 - 1.0)[:, None]
-    score = torch.where(spans, sign * t.detach(), torch.full_like(t, -float("inf")))
-    k = score.argmax(dim=1, keepdim=True)  # [N, 1] the crossing edge
-    t = t.gather(1, k)[:, 0]  # [N]
-    found = spans.gather(1, k)[:, 0] & (t.detach() >= -CROSSING_SLACK) & (t.detach() <= 1.0 + CROSSING_SLACK)
-    # one pair direction per edge: x pairs take the steep edges, y pairs the shallow ones, so that
-    # a pixel along an edge is blended once (an edge at exactly 45 degrees goes to x pairs)
-    run, rise = (u1 - u0).detach().abs().gather(1, k)[:, 0], (v1 - v0).detach().abs().gather(1, k)[:, 0]
-    found = found & ((rise >= run) if axis == 2 else (rise > run))
-    edge_end = ends.gather(1, k)[:, 0]
-    edge_start = corners.gather(1, k)[:, 0]
-    found = found & ahead[b, edge_start] & ahead[b, edge_end]
-    found = found & _is_silhouette(front, k[:, 0], b, edge_start, edge_end, corners, hom, faces, topology)
-
+    segment = _Segment(
+        batch=pair[0] if xy.shape[0] > 1 else torch.zeros_like(pair[0]),
+        u=pair[axis].to(xy.dtype) + 0.5,  # pixel A's center along the segment (col + 0.5 or row + 0.5)
+        v=pair[3 - axis].to(xy.dtype) + 0.5,  # and across it
+        along=0 if axis == 2 else 1,  # the coordinate (x or y) that runs along the segment
+        forward=a_in_front,
+        far_face=torch.where(a_in_front, fb, fa),
+    )
+    t, found = _find_silhouette(torch.where(a_in_front, fa, fb), segment, geometry)
     t = t.clamp(0.0, 1.0)
     zero = torch.zeros((), dtype=xy.dtype, device=xy.device)
     w_a = torch.where(found & (t < 0.5), 0.5 - t, zero)  # B's color into A
@@ -225,22 +208,97 @@ def _pair_weights(face_index: torch.Tensor, depth: torch.Tensor, geometry, axis:
     return zeros.index_put(pair, w_a), zeros.index_put(pair, w_b)
 
 
-def _is_silhouette(front, k, b, start, end, corners, hom, faces, topology) -> torch.Tensor:
-    """bool ``[N]``: edge ``k`` (vertices ``start`` -> ``end``) of face ``front`` is a silhouette.
+@dataclass(frozen=True)
+class _Segment:
+    """The segments between the centers of N pixel pairs of one direction."""
+
+    batch: torch.Tensor  # int64 [N] the image of each pair (0 when the vertices are shared)
+    u: torch.Tensor  # float [N] A's center along the segment
+    v: torch.Tensor  # float [N] A's center across it
+    along: int  # the coordinate that runs along the segment: 0 (x pairs) or 1 (y pairs)
+    forward: torch.Tensor  # bool [N] the walk runs from A to B (A's face is in front)
+    far_face: torch.Tensor  # int64 [N] the face at the walk's far end (-1: background)
+
+
+def _find_silhouette(face: torch.Tensor, seg: _Segment, geometry) -> tuple[torch.Tensor, torch.Tensor]:
+    """Walk along each pair's segment from the front face to the first silhouette edge it crosses.
+
+    The walk starts in the front face at its own pixel's center and leaves each face through the
+    farther of the (two) edges that span the segment's line. A non-silhouette edge leads into the
+    face across it: near a dense mesh's outline, faces narrower than a pixel lie between the two
+    centers, and the outline is an edge of one of them. The walk ends at a silhouette edge, at the
+    other pixel's face, or past the other center.
+
+    Returns ``t`` float ``[N]`` (the crossing from A's center, differentiable; 0 where none) and
+    ``found`` bool ``[N]``.
+    """
+    xy, ahead, silhouette_edges, faces, topology = geometry
+    N = face.shape[0]
+    along, across = seg.along, 1 - seg.along
+    sign = seg.forward.to(xy.dtype) * 2.0 - 1.0  # walk coordinate: tau = sign * t + origin, 0 -> 1
+    origin = (~seg.forward).to(xy.dtype)
+    alive = torch.arange(N, device=face.device)  # pairs still walking
+    previous = torch.full_like(face, -2)  # the face the walk came from (-2: none yet)
+    hit_index, hit_t = [], []
+    for _ in range(MAX_WALK):
+        if alive.numel() == 0:
+            break
+        b = seg.batch[alive]
+        corners = faces[face]  # [M, 3]
+        ends = corners[:, list(_NEXT)]  # [M, 3] second corner of each edge
+        p0, p1 = xy[b[:, None], corners], xy[b[:, None], ends]  # [M, 3, 2] edge endpoints, px
+        u0, u1, v0, v1 = p0[..., along], p1[..., along], p0[..., across], p1[..., across]  # [M, 3]
+        u, v = seg.u[alive, None], seg.v[alive, None]
+        spans = ((v0 < v) != (v1 < v)) & (topology[face] != previous[:, None])  # half-open; not the way in
+        span = torch.where(spans, v1 - v0, torch.ones((), dtype=xy.dtype, device=xy.device))
+        t = u0 + (v - v0) / span * (u1 - u0) - u  # [M, 3] crossing, from A's center toward B's
+        tau = sign[alive, None] * t.detach() + origin[alive, None]
+        k = torch.where(spans, tau, torch.full_like(tau, -float("inf"))).argmax(dim=1, keepdim=True)
+        crossed = spans.gather(1, k)[:, 0]
+        tau, t = tau.gather(1, k)[:, 0], t.gather(1, k)[:, 0]
+        start, end = corners.gather(1, k)[:, 0], ends.gather(1, k)[:, 0]
+        on_segment = crossed & (tau >= -CROSSING_SLACK)
+        silhouette = silhouette_edges[b, face, k[:, 0]]
+        # one pair direction per edge: x pairs take the steep edges, y pairs the shallow ones, so
+        # that a pixel along an edge is blended once (an edge at exactly 45 degrees goes to x pairs)
+        run = (u1 - u0).detach().abs().gather(1, k)[:, 0]
+        rise = (v1 - v0).detach().abs().gather(1, k)[:, 0]
+        suits = (rise >= run) if along == 0 else (rise > run)
+        hit = on_segment & silhouette & (tau <= 1.0 + CROSSING_SLACK) & suits & ahead[b, start] & ahead[b, end]
+        hit_index.append(alive[hit])
+        hit_t.append(t[hit])
+        nxt = topology[face, k[:, 0]]
+        walk = (on_segment & ~silhouette & (tau < 1.0) & (nxt != seg.far_face[alive])
+                & ahead[b, start] & ahead[b, end])
+        alive, previous, face = alive[walk], face[walk], nxt[walk]
+    index = torch.cat(hit_index)
+    found = torch.zeros(N, dtype=torch.bool, device=index.device)
+    found[index] = True
+    t = torch.zeros(N, dtype=xy.dtype, device=xy.device).index_put((index,), torch.cat(hit_t))  # each pair once
+    return t, found
+
+
+def _silhouette_edges(vertices: torch.Tensor, faces: torch.Tensor, topology: torch.Tensor) -> torch.Tensor:
+    """bool ``[Bv, F, 3]``: edge ``k`` of face ``f`` is a silhouette in image ``b``.
 
     True on a boundary or non-manifold edge, and when the third vertex of the face across the edge
-    lies on the same side of the edge's screen line as ``front``'s own third vertex (or on the
+    lies on the same side of the edge's screen line as the face's own third vertex (or on the
     line): then one of the two faces points away. The sides are signs of homogeneous ``(x, y, w)``
-    determinants, which stay right when the third vertex is behind the camera.
+    determinants (``w = 1`` in screen space), which stay right when a third vertex is behind the
+    camera.
     """
-    other = topology[front, k]  # [N] the face across the edge, -1 if none
-    own_third = corners.sum(dim=1) - start - end
-    safe = other.clamp(min=0)
-    their_third = faces[safe].sum(dim=1) - start - end
-    e0, e1 = hom[b, start], hom[b, end]  # [N, 3]
-    edge = torch.linalg.cross(e0, e1, dim=-1)  # the edge's line in homogeneous coordinates
-    own = (edge * hom[b, own_third]).sum(-1)
-    theirs = (edge * hom[b, their_third]).sum(-1)
+    if vertices.shape[-1] == 4:
+        hom = vertices[..., (0, 1, 3)].detach()
+    else:
+        hom = torch.cat((vertices[..., :2], torch.ones_like(vertices[..., :1])), dim=-1).detach()
+    start, end = faces, faces[:, list(_NEXT)]  # [F, 3] edge k runs from corner k to corner k + 1
+    own_third = faces[:, [2, 0, 1]]
+    other = topology  # [F, 3] the face across each edge, -1 if none
+    their_third = faces[other.clamp(min=0)].sum(dim=-1) - start - end
+    their_third = torch.where(other >= 0, their_third, own_third)
+    line = torch.linalg.cross(hom[:, start], hom[:, end], dim=-1)  # [Bv, F, 3, 3] homogeneous edge lines
+    own = (line * hom[:, own_third]).sum(-1)  # [Bv, F, 3]
+    theirs = (line * hom[:, their_third]).sum(-1)
     return (other < 0) | (own * theirs >= 0)
 
 
@@ -256,7 +314,9 @@ def _check_inputs(color, fragments, vertices, faces, topology):
     check_shape(where, "color", color, (None, None, None, None), "[B, H, W, C]")
     face_index, depth = fragments.face_index, fragments.depth
     if face_index.dim() != 4:
-        raise PyGpuValueError(f"{where}: `fragments.face_index` must have shape [B, H, W, K], got {tuple(face_index.shape)}")
+        raise PyGpuValueError(
+            f"{where}: `fragments.face_index` must have shape [B, H, W, K], got {tuple(face_index.shape)}"
+        )
     if face_index.shape[3] != 1:
         raise PyGpuValueError(
             f"{where}: needs hard fragments (K = 1), got K = {face_index.shape[3]}; soft fragments "
@@ -301,5 +361,7 @@ def _check_inputs(color, fragments, vertices, faces, topology):
             raise PyGpuTypeError(f"{where}: `topology` must be int64 (from edge_topology), got {topology.dtype}")
         check_shape(where, "topology", topology, (F, 3), f"[F, 3] = [{F}, 3] (edge_topology(faces))")
         if topology.numel() and (int(topology.min()) < -1 or int(topology.max()) >= F):
-            raise PyGpuValueError(f"{where}: `topology` holds face ids outside -1..{F - 1}; build it with edge_topology(faces)")
+            raise PyGpuValueError(
+                f"{where}: `topology` holds face ids outside -1..{F - 1}; build it with edge_topology(faces)"
+            )
     return color, vertices, faces, topology
