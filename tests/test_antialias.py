@@ -3,6 +3,9 @@ the silhouette gradient hard renders lack, clip space, batches, topology, an Ada
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -339,3 +342,12 @@ def test_edge_topology_refuses_bad_faces():
         edge_topology(_FACES.float())
     with pytest.raises(PyGpuValueError, match="edge_topology"):
         edge_topology(torch.tensor([[0, 1, -2]]))
+
+
+def test_the_docs_example_runs():
+    """docs/antialias.md's example runs as written and gives the vertices a gradient."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "antialias.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    namespace: dict = {}
+    exec(compile(code, "docs/antialias.md", "exec"), namespace)
+    assert bool(namespace["verts"].grad[..., :2].abs().gt(0).all())
