@@ -161,12 +161,27 @@ def test_hard_renders_have_no_silhouette_gradient_and_antialias_adds_one(device,
     assert not bool(grad[..., 2].any())  # screen depth moves no edge
 
 
-def test_clip_space_equals_its_screen_space(device, dtype):
+def _clip_scene(device, dtype=torch.float64) -> torch.Tensor:
+    """Clip-space ``[1, 6, 4]`` vertices with varied w whose pixels are the scene's."""
     H, W = _SIZE
     screen = _scene(device, torch.float64)
     w = torch.tensor([[0.8, 1.3, 2.1, 1.7, 0.9, 1.1]], dtype=torch.float64, device=device)
-    clip = torch.stack([(screen[..., 0] / (W / 2) - 1) * w, (1 - screen[..., 1] / (H / 2)) * w,
-                        screen[..., 2] * w, w], -1).to(dtype).requires_grad_()
+    return torch.stack([(screen[..., 0] / (W / 2) - 1) * w, (1 - screen[..., 1] / (H / 2)) * w,
+                        screen[..., 2] * w, w], -1).to(dtype)
+
+
+def test_gradcheck_clip_space_vertices(device):
+    _skip_float64(device)
+    clip = _clip_scene(device)
+    faces = _FACES.to(device)
+    frags = py_gpu.rasterize(TriangleBatch(clip, faces), _SIZE)
+    color = torch.rand(1, *_SIZE, 3, generator=torch.Generator().manual_seed(9), dtype=torch.float64).to(device)
+    assert torch.autograd.gradcheck(lambda v: antialias(color, frags, v, faces), (clip.requires_grad_(),))
+
+
+def test_clip_space_equals_its_screen_space(device, dtype):
+    H, W = _SIZE
+    clip = _clip_scene(device, dtype).requires_grad_()
     faces = _FACES.to(device)
     batch = TriangleBatch(clip, faces)
     frags = py_gpu.rasterize(batch, _SIZE)
