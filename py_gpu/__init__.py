@@ -43,6 +43,7 @@ from . import fit, shapes
 from .mesh import MeshBatch
 from .renderer import Renderer
 from .settings import BlendSettings, RasterSettings
+from .shading import antialias
 
 from .compat import paths as _paths  # noqa: E402  (0.0.1 import paths)
 
@@ -58,6 +59,7 @@ __all__ = [
     "rasterize",
     "interpolate",
     "render",
+    "antialias",
     # world space
     "Camera",
     "MeshBatch",

@@ -1,5 +1,6 @@
 """Shading: turn Fragments into colors (interpolate, textures, lights, blending, compositing)."""
 
+from .antialias import antialias, edge_topology
 from .blend import blend, blend_weights, coverage, nearest_covering, silhouette
 from .composite import (
     at_slot,
@@ -22,6 +23,7 @@ __all__ = [
     "Material",
     "PointLight",
     "Texture",
+    "antialias",
     "at_slot",
     "atlas_uv",
     "background_tensor",
@@ -30,6 +32,7 @@ __all__ = [
     "composite_hard",
     "composite_soft",
     "coverage",
+    "edge_topology",
     "gamma_decode",
     "gamma_encode",
     "gather_face",
