@@ -38,8 +38,8 @@ def to_rgb8(image: torch.Tensor) -> np.ndarray:
 
 
 def _upscale(arr: np.ndarray, min_side: int = 192) -> np.ndarray:
-    """Nearest-neighbour enlargement of small images, so pixels stay visible."""
-    k = max(1, math.ceil(min_side / max(arr.shape[0], 1)))
+    """Nearest-neighbour enlargement of small images (longer side below ``min_side``), so pixels stay visible."""
+    k = max(1, math.ceil(min_side / max(arr.shape[0], arr.shape[1], 1)))
     return arr.repeat(k, axis=0).repeat(k, axis=1) if k > 1 else arr
 
 
