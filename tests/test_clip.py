@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from py_gpu import PyGpuValueError, TriangleBatch
 from py_gpu.backends.cpu import NumpyBackend
 from py_gpu.camera import Camera
 from py_gpu.raster.clip import clip_batch, clip_near
 from py_gpu.settings import RasterSettings
+from strategies import clip_depths
 
 
 def _tri(zs, dtype=torch.float64):
@@ -58,7 +58,7 @@ def _bary_fraction(d):
     return 1.0 - d[a] / (d[a] - b) * d[a] / (d[a] - c)
 
 
-@given(st.lists(st.floats(-1.0, 1.0).filter(lambda x: abs(x) > 1e-3), min_size=3, max_size=3))
+@given(clip_depths())
 def test_pieces_tile_the_front_part_and_keep_winding(zs):
     res = clip_batch(_tri(zs))
     w = res.weights[0]  # [F', 3, 3]: rows are barycentric coordinates of the piece corners

@@ -172,8 +172,10 @@ def test_persistent_handle_does_no_per_frame_geometry_work():
 
 
 @pytest.fixture
-def gl_renderer(gl_available):
+def gl_renderer(gl_available, gl_watch):
+    """A renderer with its own ModernGL backend (tests count its uploads), checked for GL errors."""
     r = Renderer((32, 40), backend="moderngl")
+    gl_watch.add(r.backend, what="renderer's ModernGL backend")
     yield r
     r.backend.release()
 

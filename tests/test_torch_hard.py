@@ -7,7 +7,6 @@ import functools
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import py_gpu
 from py_gpu import MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
@@ -16,6 +15,7 @@ from py_gpu.compat import TorchRasterBackend
 from py_gpu.fixtures import SEED_BACKGROUND, grid_fixture, mesh_fixture, seed_fixture
 from py_gpu.raster.reference import rasterize_reference
 from py_gpu.raster.torch_hard import rasterize_hard
+from strategies import hard_batches
 
 SEED_SIZE = (360, 640)  # (H, W)
 
@@ -178,33 +178,7 @@ def test_batch_elements_are_independent(device):
 # ---- random small batches (hypothesis) ----------------------------------------------------------
 
 _SIZE = (12, 16)
-_grid = st.integers(-8 * 256, 24 * 256).map(lambda v: v / 256.0)  # exactly on the snapping grid
-_half = st.integers(-8 * 512, 24 * 512).map(lambda v: v / 512.0 + 1 / 1024)  # ties of the snapping
-_free = st.floats(-6.0, 22.0, allow_nan=False, allow_infinity=False)
-_centers = st.integers(0, 15).map(lambda v: v + 0.5)  # exactly on sample positions (edge-on)
-_coord = st.one_of(_grid, _half, _free, _centers, st.floats(-3000.0, 3000.0), st.floats(6.0, 6.01))
-
-
-@st.composite
-def _small_batch(draw):
-    n_verts = draw(st.integers(3, 9))
-    xs = draw(st.lists(_coord, min_size=n_verts, max_size=n_verts))
-    ys = draw(st.lists(_coord, min_size=n_verts, max_size=n_verts))
-    zs = draw(st.lists(st.sampled_from([0.25, 0.5, 0.5, 0.75]) | st.floats(-1, 2), min_size=n_verts, max_size=n_verts))
-    n_faces = draw(st.integers(0, 10))
-    index = st.integers(0, n_verts - 1)
-    faces = draw(st.lists(st.tuples(index, index, index), min_size=n_faces, max_size=n_faces))
-    # shared edges: a face reusing an edge of the previous one, in the other direction
-    if faces and draw(st.booleans()):
-        a, b, _ = faces[-1]
-        faces.append((b, a, draw(index)))
-    verts = torch.tensor([xs, ys, zs], dtype=torch.float64).T.contiguous()
-    faces_t = torch.tensor(faces, dtype=torch.int64).reshape(-1, 3)
-    colors = torch.rand(n_verts, 3, generator=torch.Generator().manual_seed(n_verts), dtype=torch.float64)
-    return TriangleBatch(verts, faces_t, vertex_colors=colors), draw(st.booleans())
-
-
-@given(_small_batch())
+@given(hard_batches())
 def test_random_small_batches_match_reference(case):
     batch, cull = case
     want = rasterize_reference(batch, _SIZE, cull_backfaces=cull)
