@@ -329,15 +329,7 @@ def test_small_sigma_matches_hard_mode(snap):
 
 
 # ---- public API routing -------------------------------------------------------------------------------
-def _torch_backend_or_skip():
-    try:
-        return py_gpu.select_backend("torch")
-    except Exception as exc:  # noqa: BLE001 - any failure means the backend is not there to test
-        pytest.skip(f"torch backend not available: {exc}")
-
-
 def test_public_render_and_rasterize_route_to_soft_mode():
-    _torch_backend_or_skip()
     batch = random_scene(8, colors="vertex")
     kw = dict(sigma=1.5, faces_per_pixel=4)
     s = soft(**kw)
@@ -351,7 +343,6 @@ def test_public_render_and_rasterize_route_to_soft_mode():
 
 
 def test_public_render_soft_gradcheck():
-    _torch_backend_or_skip()
     batch = random_scene(22, faces=2, size=(4, 5))
     faces = batch.faces
 
