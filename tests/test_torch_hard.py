@@ -15,7 +15,7 @@ from py_gpu.compat import TorchRasterBackend
 from py_gpu.fixtures import SEED_BACKGROUND, grid_fixture, mesh_fixture, seed_fixture
 from py_gpu.raster.reference import rasterize_reference
 from py_gpu.raster.torch_hard import rasterize_hard
-from strategies import hard_batches
+from strategies import fixture_safe_settings, hard_batches
 
 SEED_SIZE = (360, 640)  # (H, W)
 
@@ -178,15 +178,18 @@ def test_batch_elements_are_independent(device):
 # ---- random small batches (hypothesis) ----------------------------------------------------------
 
 _SIZE = (12, 16)
-@given(hard_batches())
-def test_random_small_batches_match_reference(case):
+@fixture_safe_settings()
+@given(case=hard_batches())
+def test_random_small_batches_match_reference(device, case):
     batch, cull = case
     want = rasterize_reference(batch, _SIZE, cull_backfaces=cull)
-    got = rasterize_hard(batch, _SIZE, RasterSettings(cull_backfaces=cull, memory_budget=50_000))
-    _assert_same_fragments(got, want)
-    image = py_gpu.render(batch, _SIZE, cull_backfaces=cull).to_uint8()
-    want_image = py_gpu.render(batch, _SIZE, backend="reference", cull_backfaces=cull).to_uint8()
-    assert torch.equal(image, want_image)
+    moved = batch.to(device)
+    got = rasterize_hard(moved, _SIZE, RasterSettings(cull_backfaces=cull, memory_budget=50_000))
+    _assert_same_fragments(got, want, exact_floats=device.type != "mps")
+    if device.type != "mps":
+        image = py_gpu.render(moved, _SIZE, cull_backfaces=cull).to_uint8().cpu()
+        want_image = py_gpu.render(batch, _SIZE, backend="reference", cull_backfaces=cull).to_uint8()
+        assert torch.equal(image, want_image)
 
 
 # ---- the backend and bad input ----------------------------------------------------------------
@@ -206,13 +209,14 @@ def test_frame_on_requested_device(device):
     assert frame.image.shape == (1, 32, 32, 3) and frame.alpha.shape == (1, 32, 32, 1)
 
 
-def test_render_is_differentiable_wrt_positions_and_colors():
-    batch = mesh_fixture("icosphere", 1000, 48, 48)
+def test_render_is_differentiable_wrt_positions_and_colors(device):
+    batch = mesh_fixture("icosphere", 1000, 48, 48, dtype=torch.float32, device=device)
     verts = batch.vertices.clone().requires_grad_(True)
     colors = batch.vertex_colors.clone().requires_grad_(True)
     frame = py_gpu.render(TriangleBatch(verts, batch.faces, vertex_colors=colors), (48, 48))
+    assert frame.image.device.type == device.type
     frame.image.square().sum().backward()
-    assert verts.grad is not None and bool(verts.grad[..., :2].abs().sum() > 0)
+    assert verts.grad is not None and verts.grad.device.type == device.type and bool(verts.grad[..., :2].abs().sum() > 0)
     assert colors.grad is not None and bool(colors.grad.abs().sum() > 0)
 
 
