@@ -1,11 +1,17 @@
-"""The test helpers themselves: compare_impls notices a difference in outputs or in gradients."""
+"""The test infrastructure itself: compare_impls notices a difference in outputs or in gradients,
+and benchmarks/device_check.sh runs every test file that has device variants."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import compare_impls
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _inputs(dtype):
@@ -48,3 +54,21 @@ def test_compare_impls_catches_a_gradient_difference(dtype):
     x, w = _inputs(dtype)
     with pytest.raises(AssertionError, match="gradient with respect to input 0"):
         compare_impls(lambda x, w: x @ w, lambda x, w: _SameForwardScaledBackward.apply(x) @ w, (x, w))
+
+
+def test_device_check_runs_every_device_aware_file(request):
+    """The files whose tests take ``device`` (directly or through a fixture) are exactly the ones
+    benchmarks/device_check.sh runs on CUDA (judged on the files collected in this run)."""
+    listed = set(re.findall(r"^\s+(tests/test_\w+\.py)\s*$", (ROOT / "benchmarks" / "device_check.sh").read_text(), re.M))
+    assert listed and all((ROOT / f).is_file() for f in listed)
+    collected, aware = set(), set()
+    for item in request.session.items:
+        path = Path(item.path).resolve().relative_to(ROOT).as_posix()
+        collected.add(path)
+        if "device" in getattr(item, "fixturenames", ()):
+            aware.add(path)
+    if not aware:
+        pytest.skip("no device-aware test file was collected in this run")
+    assert aware <= listed, f"device_check.sh misses {sorted(aware - listed)}"
+    stale = {f for f in listed & collected if f not in aware}
+    assert not stale, f"device_check.sh lists files without device variants: {sorted(stale)}"
