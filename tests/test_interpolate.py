@@ -136,6 +136,7 @@ def test_float32_gradients_reach_float32_inputs(device):
     assert bool(torch.isfinite(verts.grad).all()) and float(verts.grad.abs().sum()) > 0
 
 
+@pytest.mark.slow
 def test_fit_vertex_colors_with_adam(device):
     size = (40, 40)
     mesh = mesh_fixture("icosphere", 320, size[1], size[0], dtype=float64_on(device), device=device)

@@ -399,6 +399,7 @@ def test_wrong_types_raise():
 
 
 # ---- fitting --------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_fit_silhouette_recovers_vertices():
     ex = load_example("fit_silhouette")
     start_err = float((ex.START - ex.TARGET).norm(dim=1).mean())
@@ -407,6 +408,7 @@ def test_fit_silhouette_recovers_vertices():
     assert err < 0.5, err
 
 
+@pytest.mark.slow
 def test_fit_cube_pose_recovers_rotation():
     ex = load_example("fit_cube_pose")
     omega, start_err, end_err, _ = ex.fit(steps=90, offset_deg=35.0)

@@ -45,6 +45,7 @@ def _reference_frame_uint8(batch: TriangleBatch, size, background=(0.0, 0.0, 0.0
 # ---- parity on the fixtures -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_seed_fixture_parity(device):
     want, want_fb = _seed_reference()
     batch = seed_fixture(1000).to_triangle_batch(device=device)
@@ -56,7 +57,11 @@ def test_seed_fixture_parity(device):
     assert bytes(fb.pixels) == bytes(want_fb.pixels)
 
 
-@pytest.mark.parametrize("kind,faces,size", [("icosphere", 1000, (512, 512)), ("torus", 1000, (512, 512)),
+_SLOW = pytest.mark.slow  # the 512 x 512 frames take seconds on the CPU
+
+
+@pytest.mark.parametrize("kind,faces,size", [pytest.param("icosphere", 1000, (512, 512), marks=_SLOW),
+                                             pytest.param("torus", 1000, (512, 512), marks=_SLOW),
                                              ("icosphere", 10000, (256, 256)), ("torus", 4000, (200, 320))])
 @pytest.mark.parametrize("colors", ["vertex", "face"])
 def test_mesh_fixture_parity(device, kind, faces, size, colors):
@@ -139,6 +144,7 @@ def test_cull_backfaces_parity(device):
     assert int((got.face_index >= 0).sum()) > 0
 
 
+@pytest.mark.slow
 def test_tiny_memory_budget_renders_the_same(device):
     size = (200, 64)
     seed = seed_fixture(300, size[1], size[0]).to_triangle_batch()
