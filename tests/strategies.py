@@ -3,9 +3,12 @@
 Vertices mix: coordinates on the pixel-center lattice and the 1/256 grid (exact edge ties),
 plain random floats, sub-pixel jitter, far off-screen and huge values. Faces reuse vertices
 (shared edges) and include degenerate (repeated or collinear) and edge-on triangles.
+``large_triangles`` draws triangles thousands of pixels long around small images.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from hypothesis import strategies as st
@@ -58,3 +61,40 @@ def small_batches(draw, max_faces: int = 6, with_colors: str | None = None, clip
         g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
         kwargs["face_colors"] = torch.rand(1, len(faces), 3, generator=g, dtype=torch.float64)
     return TriangleBatch(verts, faces_t, **kwargs), (height, width)
+
+
+def uniform(lo: float, hi: float, steps: int = 1 << 16):
+    """Floats spread evenly over ``[lo, hi)``: ``st.floats`` and ``st.integers`` favor the ends and
+    small values, so the integer is scattered by an odd multiplier (a permutation of ``[0, steps)``)."""
+    return st.integers(0, steps - 1).map(lambda k: lo + (hi - lo) * (k * 40503 % steps) / steps)
+
+
+@st.composite
+def large_triangles(draw, max_leg: float = 8000.0, max_faces: int = 3, sides=(8, 128)):
+    """A screen-space ``TriangleBatch`` (B=1) of 1..``max_faces`` large triangles, and its ``(H, W)``.
+
+    Each triangle has a corner in or near the image and two more up to ``max_leg`` px away, in any
+    direction: right triangles with axis-aligned legs (any of the four orientations) or arbitrary
+    ones. Every vertex stays inside GL's 8,192 px guard band. Depth is constant per face, from a
+    small set, so faces are either equally near (a tie) or far apart.
+    """
+    height = draw(st.integers(*sides))
+    width = draw(st.integers(*sides))
+    leg = uniform(64.0, max_leg)
+    verts, faces = [], []
+    for _ in range(draw(st.integers(1, max_faces))):
+        ax = draw(uniform(-16.0, width + 16.0))
+        ay = draw(uniform(-16.0, height + 16.0))
+        z = draw(st.sampled_from([0.25, 0.5, 0.75]))
+        if draw(st.booleans()):
+            sx, sy = draw(st.sampled_from([-1.0, 1.0])), draw(st.sampled_from([-1.0, 1.0]))
+            tri = [[ax, ay], [ax, ay + sy * draw(leg)], [ax + sx * draw(leg), ay]]
+        else:
+            tri = [[ax, ay]]
+            for _ in range(2):
+                r, t = draw(leg), draw(uniform(0.0, 2 * math.pi))
+                tri.append([ax + r * math.cos(t), ay + r * math.sin(t)])
+        faces.append([len(verts), len(verts) + 1, len(verts) + 2])
+        verts += [[x, y, z] for x, y in tri]
+    batch = TriangleBatch(torch.tensor([verts], dtype=torch.float64), torch.tensor(faces, dtype=torch.int64))
+    return batch, (height, width)

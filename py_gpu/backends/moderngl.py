@@ -9,6 +9,9 @@ It draws the same ``TriangleBatch`` as the reference under the same raster rule
   through NDC cannot move a vertex across a rounding boundary.
 - Pixels map by ``x_ndc = 2x/W - 1``, ``y_ndc = 1 - 2y/H``; rows are flipped on readback so that
   row 0 is the top. llvmpipe owns samples on left and bottom edges, as the rule does.
+- The image lies ``IMAGE_MARGIN`` (64) px inside the framebuffer from its left and bottom sides,
+  under a scissor: llvmpipe drops large triangles whose bounding box, cut at those sides, falls in
+  its first 64 x 64 px tile (``_Target``), and no triangle covering the image can fall there.
 - Faces are drawn in order, in one draw call, with a strictly-less depth test: on equal depth the
   lower face index wins. Screen depth is mapped affinely into GL's depth range with a margin, so
   the farthest face is never clipped; GL keeps depth with 24 bits, so two faces closer in depth
@@ -63,6 +66,8 @@ MAX_CACHED_SIZES = 4
 _DEPTH_MARGIN = 2.0**-10
 #: Largest number of color channels GL renders directly (one RGBA attachment).
 _MAX_GL_CHANNELS = 4
+#: Framebuffer pixels left free left of and below the image: one llvmpipe tile (see ``_Target``).
+IMAGE_MARGIN = 64
 
 _VERTEX_SHADER = """
 #version 330
@@ -176,21 +181,51 @@ def _guard_band(side: int, max_side: int) -> tuple[int, int, int]:
     return origin, extent, origin + extent // 2
 
 
+def _margin(side: int, max_side: int) -> int:
+    """Framebuffer pixels kept free before the image along one axis: ``IMAGE_MARGIN`` when it fits."""
+    return max(0, min(IMAGE_MARGIN, max_side - side))
+
+
 class _Target:
-    """The GL textures and framebuffers of one image size, and its guard-band viewport."""
+    """The GL textures and framebuffers of one image size, and its guard-band viewport.
+
+    The image does not start at the framebuffer's origin but ``IMAGE_MARGIN`` px to the right and
+    up (``rect``), and a scissor keeps GL from shading anything outside it. llvmpipe (Mesa 22.3.6)
+    draws a triangle whose bounding box, cut at the framebuffer's left and bottom sides, lies in
+    its first 64 x 64 px tile as a one-tile triangle; when its far edges lie thousands of pixels
+    past those sides, their values at the tile overflow and the whole triangle is lost (for bands
+    of edge lengths that repeat as the triangle grows). With the margin, a triangle that covers an
+    image pixel always spans more than that tile.
+
+    Attributes:
+        size: ``(width, height)`` of the image.
+        rect: ``(x, y, width, height)``, the image in framebuffer pixels (GL's origin: bottom left).
+        x0, y0, vw, vh, cx, cy: the guard-band viewport (origin, extent, center) relative to the image.
+    """
 
     def __init__(self, ctx, width: int, height: int):
         self.size = (width, height)
         max_w, max_h = ctx.info["GL_MAX_VIEWPORT_DIMS"]
+        max_tex = int(ctx.info["GL_MAX_TEXTURE_SIZE"])
         self.x0, self.vw, self.cx = _guard_band(width, int(max_w))
         self.y0, self.vh, self.cy = _guard_band(height, int(max_h))
-        self.depth = ctx.depth_renderbuffer((width, height))
-        self.rgb8 = ctx.texture((width, height), 3)  # seed protocol: uint8 RGB
-        self.color = ctx.texture((width, height), 4, dtype="f4")  # float image
-        self.face = ctx.texture((width, height), 1, dtype="i4")  # face index + 1
-        self.attr = ctx.texture((width, height), 4, dtype="f4")  # depth, barycentrics
+        mx, my = _margin(width, max_tex), _margin(height, max_tex)
+        self.rect = (mx, my, width, height)
+        fb = (width + mx, height + my)
+        self.depth = ctx.depth_renderbuffer(fb)
+        self.rgb8 = ctx.texture(fb, 3)  # seed protocol: uint8 RGB
+        self.color = ctx.texture(fb, 4, dtype="f4")  # float image
+        self.face = ctx.texture(fb, 1, dtype="i4")  # face index + 1
+        self.attr = ctx.texture(fb, 4, dtype="f4")  # depth, barycentrics
         self.fbo_rgb8 = ctx.framebuffer([self.rgb8], self.depth)
         self.fbo_full = ctx.framebuffer([self.color, self.face, self.attr], self.depth)
+        for fbo in (self.fbo_rgb8, self.fbo_full):
+            fbo.scissor = self.rect
+
+    @property
+    def viewport(self) -> tuple[int, int, int, int]:
+        """The guard-band viewport in framebuffer pixels."""
+        return (self.rect[0] + self.x0, self.rect[1] + self.y0, self.vw, self.vh)
 
     def objects(self) -> list:
         return [self.fbo_rgb8, self.fbo_full, self.rgb8, self.color, self.face, self.attr, self.depth]
@@ -534,7 +569,7 @@ class ModernGLBackend(Backend):
             depth_scales = _depth_scales(clip, inst, mesh.bounds)  # [B]
             gl_clip = _gl_from_py_clip(target, size) @ clip  # [B, 4, 4]
             for b in range(B):
-                fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=(0, 0, width, height))
+                fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=target.rect)
                 if draw:
                     a = depth_scales[b]
                     m = gl_clip[b].copy()
@@ -552,8 +587,8 @@ class ModernGLBackend(Backend):
                     else:
                         vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces)
                     self.counters.draws += 1
-                face[b] = self._read(fbo, 1, 1, "i4", size)[..., 0]
-                attr[b] = self._read(fbo, 2, 4, "f4", size)
+                face[b] = self._read(fbo, 1, 1, "i4", target)[..., 0]
+                attr[b] = self._read(fbo, 2, 4, "f4", target)
         face -= 1
         depth = np.where(face >= 0, attr[..., 0], np.float32(np.inf))
         return Fragments(
@@ -576,7 +611,7 @@ class ModernGLBackend(Backend):
         else:
             ctx.disable(mgl.CULL_FACE)
         fbo.use()
-        ctx.viewport = (target.x0, target.y0, target.vw, target.vh)
+        ctx.viewport = target.viewport
 
     def _vertex_data(self, batch: TriangleBatch, screen: np.ndarray, b: int, faces_flat: np.ndarray, size, channels, target):
         """float32 ``[3F, 5 + C]`` per-corner vertex records: clip position, depth, color."""
@@ -634,9 +669,9 @@ class ModernGLBackend(Backend):
             self._set_state(target, fbo, settings)
             for b in range(batch.batch_size):
                 if out == "rgb8":
-                    fbo.clear(*background, 1.0, depth=1.0, viewport=(0, 0, width, height))
+                    fbo.clear(*background, 1.0, depth=1.0, viewport=target.rect)
                 else:
-                    fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=(0, 0, width, height))
+                    fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=target.rect)
                 if faces_flat.size:
                     data, color_mode = self._vertex_data(batch, screen, b, faces_flat, size, gl_channels or channels, target)
                     if gl_channels == 0 and color_mode != "none":  # too wide for GL: colors are shaded on the CPU
@@ -649,9 +684,9 @@ class ModernGLBackend(Backend):
 
     # -- readback ----------------------------------------------------------------------------------
     @staticmethod
-    def _read(fbo, attachment: int, components: int, dtype: str, size) -> np.ndarray:
-        height, width = size
-        raw = fbo.read(viewport=(0, 0, width, height), components=components, attachment=attachment, dtype=dtype, alignment=1)
+    def _read(fbo, attachment: int, components: int, dtype: str, target: _Target) -> np.ndarray:
+        width, height = target.size
+        raw = fbo.read(viewport=target.rect, components=components, attachment=attachment, dtype=dtype, alignment=1)
         arr = np.frombuffer(raw, dtype=np.dtype(dtype.replace("f1", "u1"))).reshape(height, width, components)
         return arr[::-1]  # GL row 0 is the bottom
 
@@ -661,8 +696,8 @@ class ModernGLBackend(Backend):
         face = np.empty((B, height, width), dtype=np.int64)
         attr = np.empty((B, height, width, 4), dtype=np.float32)
         for b, target in self._draw(batch, size, settings, "full"):
-            face[b] = self._read(target.fbo_full, 1, 1, "i4", size)[..., 0]
-            attr[b] = self._read(target.fbo_full, 2, 4, "f4", size)
+            face[b] = self._read(target.fbo_full, 1, 1, "i4", target)[..., 0]
+            attr[b] = self._read(target.fbo_full, 2, 4, "f4", target)
         face -= 1
         covered = face >= 0
         depth = np.where(covered, attr[..., 0], np.float32(np.inf))
@@ -685,9 +720,9 @@ class ModernGLBackend(Backend):
         depth = np.empty((B, height, width), dtype=np.float32)
         for b, target in self._draw(batch, size, settings, "full"):
             fbo = target.fbo_full
-            face[b] = self._read(fbo, 1, 1, "i4", size)[..., 0]
-            depth[b] = self._read(fbo, 2, 1, "f4", size)[..., 0]
-            image[b] = self._read(fbo, 0, channels, "f4", size)
+            face[b] = self._read(fbo, 1, 1, "i4", target)[..., 0]
+            depth[b] = self._read(fbo, 2, 1, "f4", target)[..., 0]
+            image[b] = self._read(fbo, 0, channels, "f4", target)
         face -= 1
         covered = face >= 0
         bg = np.zeros(channels, dtype=np.float32)
@@ -711,7 +746,7 @@ class ModernGLBackend(Backend):
         out = np.empty((batch.batch_size, height, width, 3), dtype=np.uint8)
         bg8 = tuple(float(np.floor(min(max(c, 0.0), 1.0) * 255.0 + 0.5)) / 255.0 for c in background)
         for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
-            out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", size)
+            out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", gl_target)
         return torch.from_numpy(out)
 
 
