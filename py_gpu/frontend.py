@@ -15,6 +15,8 @@ in GL, the reference in plain Python, torch in float64).
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from ._check import PyGpuTypeError, check_rgb, check_size
@@ -30,23 +32,26 @@ __all__ = ["rasterize", "render", "interpolate", "resolve_backend", "near_clip",
            "render_batch", "render_rgb8"]
 
 _BACKEND_CACHE: dict[tuple, Backend] = {}
+_CACHE_LOCK = threading.Lock()
 
 
 def resolve_backend(where: str, backend, device=None, *, cached: bool = True) -> Backend:
     """A backend instance from a name or an instance.
 
-    Names are built once per name and device and then shared (GL contexts are expensive);
-    ``cached=False`` builds a new instance that the caller owns (the ``Renderer`` does).
+    Names are built once per name and device and then shared (GL contexts are expensive), also
+    between threads (the other backends keep no state between calls; the GL backend takes its
+    calls in turn). ``cached=False`` builds a new instance that the caller owns (the ``Renderer`` does).
     """
     if isinstance(backend, str):
         options = {} if device is None else {"device": device}
         if not cached:
             return create_backend(backend, **options)
         key = (backend.strip().lower(), None if device is None else str(device))
-        inst = _BACKEND_CACHE.get(key)
-        if inst is None or getattr(inst, "_released", False):
-            inst = create_backend(backend, **options)
-            _BACKEND_CACHE[key] = inst
+        with _CACHE_LOCK:
+            inst = _BACKEND_CACHE.get(key)
+            if inst is None or getattr(inst, "_released", False):
+                inst = create_backend(backend, **options)
+                _BACKEND_CACHE[key] = inst
         return inst
     for method in ("rasterize", "render_frame", "render_rgb8", "check_settings"):
         if not callable(getattr(backend, method, None)):

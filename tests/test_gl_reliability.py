@@ -1,11 +1,19 @@
-"""GL reliability: large triangles are never dropped.
+"""GL reliability: threads, and large triangles that must never be dropped.
 
-Large triangles: GL coverage equals the reference's exactly for triangles thousands of pixels
-long around small images (llvmpipe dropped some whose bounding box, cut at the framebuffer's
-left and bottom sides, fell in its first 64 x 64 tile).
+- Threads: two threads sharing one GL backend (or the cached one behind ``py_gpu.render``) both
+  get correct images.
+- Large triangles: GL coverage equals the reference's exactly for triangles thousands of pixels
+  long around small images (llvmpipe dropped some whose bounding box, cut at the framebuffer's
+  left and bottom sides, fell in its first 64 x 64 tile).
+
+Everything that could hang runs in a fresh interpreter under a timeout (``_run``), and those
+scripts give up on their own threads after a deadline, so a hang fails the test.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -73,3 +81,90 @@ def test_large_triangles_match_reference(gl, case):
     got = gl.rasterize(batch, size)
     want = py_gpu.ReferenceBackend().rasterize(batch, size)
     _assert_same_coverage(got, want)
+
+
+# -- threads: scripts run in a fresh interpreter ---------------------------------------
+
+_COMMON = r"""
+import threading, time
+import torch
+import py_gpu
+from py_gpu.contracts import TriangleBatch
+
+SIZE = (30, 40)
+DEADLINE = time.monotonic() + 40  # the script gives up on hung threads by then
+
+
+def batch(k):
+    g = torch.Generator().manual_seed(k)
+    v = torch.rand(1, 30, 3, generator=g, dtype=torch.float64) * torch.tensor([40.0, 30.0, 1.0], dtype=torch.float64)
+    return TriangleBatch(v, torch.arange(30).reshape(10, 3))
+
+
+WANT = {k: py_gpu.render(batch(k), SIZE, backend="numpy").face_index >= 0 for k in range(40)}
+
+
+def outcome(render, k):
+    # 'image' (coverage equal to numpy's), or what went wrong
+    try:
+        frame = render(batch(k))
+    except Exception as exc:
+        return "other error: %s: %s" % (type(exc).__name__, exc)
+    return "image" if torch.equal(frame.face_index >= 0, WANT[k]) else "wrong image"
+
+"""
+
+
+def _run(script: str) -> dict[str, str]:
+    """Run ``_COMMON + script`` in a fresh interpreter, under a timeout; its ``key: value`` lines.
+
+    The script gives up on hung threads before the timeout (``DEADLINE``)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _COMMON + script], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hung: killed after {exc.timeout} s; output so far:\n{exc.stdout}\n{exc.stderr}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line]
+    return {key: value for key, value in lines}
+
+
+_THREADS = r"""
+shared = py_gpu.ModernGLBackend()  # made in the main thread, used only by the workers
+
+
+def run(label, render):
+    errors, start = [], threading.Barrier(2)
+
+    def work(t):
+        try:
+            start.wait()
+            for i in range(20):
+                result = outcome(render, 2 * i + t)
+                if result != "image":
+                    errors.append("frame %d: %s" % (2 * i + t, result))
+        except BaseException as exc:
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, DEADLINE - time.monotonic()))
+    hung = any(thread.is_alive() for thread in threads)
+    print("%s: %s" % (label, "hung" if hung else (errors[:3] or "ok")), flush=True)
+
+
+def rgb8_then_frame(b):  # the 8-bit path's own framebuffer and program, then the checked frame
+    shared.render_rgb8(b, SIZE)
+    return shared.render_frame(b, SIZE)
+
+
+run("shared", lambda b: shared.render_frame(b, SIZE))
+run("cached", lambda b: py_gpu.render(b, SIZE, backend="moderngl"))
+run("rgb8", rgb8_then_frame)
+"""
+
+
+def test_two_threads_share_one_backend(gl_available):
+    got = _run(_THREADS)
+    assert got == {"shared": "ok", "cached": "ok", "rgb8": "ok"}, got

@@ -35,7 +35,9 @@ Importing this module does not import moderngl; constructing the backend does.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from importlib.util import find_spec
 from dataclasses import dataclass
 
@@ -307,6 +309,9 @@ class ModernGLBackend(Backend):
     ``rasterize_geometry(mesh, clip_from_world, size, instances=...)`` per frame; the camera and
     instance transforms are applied in the vertex shader, so a frame sends only matrices to GL.
 
+    Threads: one backend may be shared; its calls take turns (a lock around every GL call, with
+    the context made current in the calling thread).
+
     Args:
         context: an existing moderngl context to draw with (not released by this backend);
             by default one is created with ``py_gpu._gl.create_context()``.
@@ -332,7 +337,11 @@ class ModernGLBackend(Backend):
     def __init__(self, context=None):
         self._mgl = import_moderngl()
         self._owns_ctx = context is None
+        self._lock = threading.RLock()  # held around every GL call (see _gl)
+        self._depth = 0  # how deeply the holder of _lock has entered _gl
         self.ctx = create_context() if context is None else context
+        if self._owns_ctx:
+            self.ctx.__exit__(None, None, None)  # not current anywhere: any thread may take it
         self._programs: dict[tuple, object] = {}
         self._vaos: dict[tuple, object] = {}
         self._targets: OrderedDict[tuple[int, int], _Target] = OrderedDict()
@@ -346,6 +355,27 @@ class ModernGLBackend(Backend):
     def _check_live(self, where: str) -> None:
         if self._released:
             raise BackendUnavailableError(f"{where}: this ModernGLBackend was released; create a new one")
+
+    @contextmanager
+    def _gl(self, where: str):
+        """Hold this backend's lock, with its context current in the calling thread, around GL calls.
+
+        A context can be current in one thread at a time, so threads that share a backend take
+        turns: the outermost ``_gl`` makes the context current and gives it up on leaving (it may
+        be re-entered by the same thread). Yields the context.
+        """
+        with self._lock:
+            self._check_live(where)
+            outer = self._depth == 0
+            if outer:
+                self.ctx.__enter__()
+            self._depth += 1
+            try:
+                yield self.ctx
+            finally:
+                self._depth -= 1
+                if outer:
+                    self.ctx.__exit__(None, None, None)
 
     def _program(self, color_mode: str, out: str):
         key = (color_mode, out)
@@ -418,23 +448,24 @@ class ModernGLBackend(Backend):
 
     def release(self) -> None:
         """Free every GL resource (and the context, when this backend created it). Safe to call twice."""
-        if self._released:
-            return
-        self._released = True
-        if self.ctx is not None:
-            with self.ctx:
-                for obj in self.gl_objects():
-                    obj.release()
-        for mesh in list(self._meshes.values()):
-            mesh.release()  # its GL objects are gone already; this marks it released
-        self._programs.clear()
-        self._vaos.clear()
-        self._targets.clear()
-        self._vbo = None
-        self._vbo_capacity = 0
-        if self._owns_ctx and self.ctx is not None:
-            self.ctx.release()
-        self.ctx = None
+        with self._lock:
+            if self._released:
+                return
+            if self.ctx is not None:
+                with self._gl(f"{type(self).__name__}.release"):
+                    for obj in self.gl_objects():
+                        obj.release()
+            self._released = True
+            for mesh in list(self._meshes.values()):
+                mesh.release()  # its GL objects are gone already; this marks it released
+            self._programs.clear()
+            self._vaos.clear()
+            self._targets.clear()
+            self._vbo = None
+            self._vbo_capacity = 0
+            if self._owns_ctx and self.ctx is not None:
+                self.ctx.release()
+            self.ctx = None
 
     def __del__(self):  # pragma: no cover - best effort at interpreter shutdown
         try:
@@ -470,24 +501,23 @@ class ModernGLBackend(Backend):
         p = positions.detach().to("cpu", torch.float64).numpy()  # [V, 3]
         corners = np.ascontiguousarray(p[f.numpy().reshape(-1)], dtype=np.float32)  # [3F, 3] corner-major
         bounds = np.stack([p.min(0), p.max(0)]) if V else np.zeros((2, 3))
-        vbo = None
-        if corners.size:
-            with self.ctx:
-                vbo = self.ctx.buffer(corners.tobytes())
-        mesh = GLMesh(self, vbo, f.shape[0], bounds)
-        self._meshes[id(mesh)] = mesh
-        self.counters.geometry_uploads += 1
+        with self._gl(where) as ctx:
+            vbo = ctx.buffer(corners.tobytes()) if corners.size else None
+            mesh = GLMesh(self, vbo, f.shape[0], bounds)
+            self._meshes[id(mesh)] = mesh
+            self.counters.geometry_uploads += 1
         return mesh
 
     def _forget_mesh(self, mesh: GLMesh) -> None:
         """Drop ``mesh`` from this backend and free its GL objects (unless the backend already did)."""
-        if self._meshes.pop(id(mesh), None) is None:
-            return
-        self.counters.geometry_releases += 1
-        if not self._released and self.ctx is not None:
-            with self.ctx:
-                for obj in mesh.objects():
-                    obj.release()
+        with self._lock:
+            if self._meshes.pop(id(mesh), None) is None:
+                return
+            self.counters.geometry_releases += 1
+            if not self._released and self.ctx is not None:
+                with self._gl(f"{type(self).__name__}.release"):
+                    for obj in mesh.objects():
+                        obj.release()
 
     def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
         """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""
@@ -561,7 +591,7 @@ class ModernGLBackend(Backend):
         face = np.zeros((B, height, width), dtype=np.int64)
         attr = np.zeros((B, height, width, 4), dtype=np.float32)
         draw = mesh.num_faces > 0 and N > 0
-        with self.ctx:
+        with self._gl(where):
             target = self._target(width, height)
             fbo = target.fbo_full
             self._set_state(target, fbo, s)
@@ -653,8 +683,9 @@ class ModernGLBackend(Backend):
         return data, color_mode
 
     def _draw(self, batch: TriangleBatch, size, settings: RasterSettings, out: str, background=None):
-        """Draw each batch element; yields ``(b, target)`` after each draw, before the next one."""
-        self._check_live(f"{type(self).__name__}")
+        """Draw each batch element; yields ``(b, target)`` after each draw, before the next one.
+
+        Called inside ``_gl`` (the caller reads each result back before the next draw)."""
         height, width = size
         mgl = self._mgl
         channels = batch.num_channels if batch.colors is not None else 3
@@ -662,25 +693,23 @@ class ModernGLBackend(Backend):
         # clip-space input arrives already clipped (every w > 0), so this is the reference's own mapping
         screen = batch.screen_vertices(size).detach().to("cpu", torch.float64).numpy()  # [B, V, 3]
         faces_flat = batch.faces.detach().cpu().numpy().reshape(-1)  # [3F]
-        ctx = self.ctx
-        with ctx:  # make this backend's context current (several contexts may live in one thread)
-            target = self._target(width, height)
-            fbo = target.fbo_rgb8 if out == "rgb8" else target.fbo_full
-            self._set_state(target, fbo, settings)
-            for b in range(batch.batch_size):
-                if out == "rgb8":
-                    fbo.clear(*background, 1.0, depth=1.0, viewport=target.rect)
-                else:
-                    fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=target.rect)
-                if faces_flat.size:
-                    data, color_mode = self._vertex_data(batch, screen, b, faces_flat, size, gl_channels or channels, target)
-                    if gl_channels == 0 and color_mode != "none":  # too wide for GL: colors are shaded on the CPU
-                        data, color_mode = np.ascontiguousarray(data[:, :5]), "none"
-                    self._upload(data)
-                    vao = self._vao(color_mode, out, gl_channels)
-                    vao.render(mgl.TRIANGLES, vertices=faces_flat.size)
-                    self.counters.draws += 1
-                yield b, target
+        target = self._target(width, height)
+        fbo = target.fbo_rgb8 if out == "rgb8" else target.fbo_full
+        self._set_state(target, fbo, settings)
+        for b in range(batch.batch_size):
+            if out == "rgb8":
+                fbo.clear(*background, 1.0, depth=1.0, viewport=target.rect)
+            else:
+                fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=target.rect)
+            if faces_flat.size:
+                data, color_mode = self._vertex_data(batch, screen, b, faces_flat, size, gl_channels or channels, target)
+                if gl_channels == 0 and color_mode != "none":  # too wide for GL: colors are shaded on the CPU
+                    data, color_mode = np.ascontiguousarray(data[:, :5]), "none"
+                self._upload(data)
+                vao = self._vao(color_mode, out, gl_channels)
+                vao.render(mgl.TRIANGLES, vertices=faces_flat.size)
+                self.counters.draws += 1
+            yield b, target
 
     # -- readback ----------------------------------------------------------------------------------
     @staticmethod
@@ -695,9 +724,10 @@ class ModernGLBackend(Backend):
         B = batch.batch_size
         face = np.empty((B, height, width), dtype=np.int64)
         attr = np.empty((B, height, width, 4), dtype=np.float32)
-        for b, target in self._draw(batch, size, settings, "full"):
-            face[b] = self._read(target.fbo_full, 1, 1, "i4", target)[..., 0]
-            attr[b] = self._read(target.fbo_full, 2, 4, "f4", target)
+        with self._gl(f"{type(self).__name__}.rasterize"):
+            for b, target in self._draw(batch, size, settings, "full"):
+                face[b] = self._read(target.fbo_full, 1, 1, "i4", target)[..., 0]
+                attr[b] = self._read(target.fbo_full, 2, 4, "f4", target)
         face -= 1
         covered = face >= 0
         depth = np.where(covered, attr[..., 0], np.float32(np.inf))
@@ -718,11 +748,12 @@ class ModernGLBackend(Backend):
         image = np.empty((B, height, width, channels), dtype=np.float32)
         face = np.empty((B, height, width), dtype=np.int64)
         depth = np.empty((B, height, width), dtype=np.float32)
-        for b, target in self._draw(batch, size, settings, "full"):
-            fbo = target.fbo_full
-            face[b] = self._read(fbo, 1, 1, "i4", target)[..., 0]
-            depth[b] = self._read(fbo, 2, 1, "f4", target)[..., 0]
-            image[b] = self._read(fbo, 0, channels, "f4", target)
+        with self._gl(f"{type(self).__name__}.render_frame"):
+            for b, target in self._draw(batch, size, settings, "full"):
+                fbo = target.fbo_full
+                face[b] = self._read(fbo, 1, 1, "i4", target)[..., 0]
+                depth[b] = self._read(fbo, 2, 1, "f4", target)[..., 0]
+                image[b] = self._read(fbo, 0, channels, "f4", target)
         face -= 1
         covered = face >= 0
         bg = np.zeros(channels, dtype=np.float32)
@@ -745,8 +776,9 @@ class ModernGLBackend(Backend):
         height, width = size
         out = np.empty((batch.batch_size, height, width, 3), dtype=np.uint8)
         bg8 = tuple(float(np.floor(min(max(c, 0.0), 1.0) * 255.0 + 0.5)) / 255.0 for c in background)
-        for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
-            out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", gl_target)
+        with self._gl(f"{type(self).__name__}.render_rgb8"):
+            for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
+                out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", gl_target)
         return torch.from_numpy(out)
 
 
