@@ -15,6 +15,7 @@ in GL, the reference in plain Python, torch in float64).
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -31,8 +32,16 @@ from .shading.interpolate import interpolate
 __all__ = ["rasterize", "render", "interpolate", "resolve_backend", "near_clip", "rasterize_batch",
            "render_batch", "render_rgb8"]
 
-_BACKEND_CACHE: dict[tuple, Backend] = {}
+_BACKEND_CACHE: dict[tuple, tuple[int, Backend]] = {}  # (name, device) -> (the process that built it, backend)
 _CACHE_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _CACHE_LOCK
+    _CACHE_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def resolve_backend(where: str, backend, device=None, *, cached: bool = True) -> Backend:
@@ -40,7 +49,8 @@ def resolve_backend(where: str, backend, device=None, *, cached: bool = True) ->
 
     Names are built once per name and device and then shared (GL contexts are expensive), also
     between threads (the other backends keep no state between calls; the GL backend takes its
-    calls in turn). ``cached=False`` builds a new instance that the caller owns (the ``Renderer`` does).
+    calls in turn), but never with a forked child: a child builds its own. ``cached=False``
+    builds a new instance that the caller owns (the ``Renderer`` does).
     """
     if isinstance(backend, str):
         options = {} if device is None else {"device": device}
@@ -48,10 +58,10 @@ def resolve_backend(where: str, backend, device=None, *, cached: bool = True) ->
             return create_backend(backend, **options)
         key = (backend.strip().lower(), None if device is None else str(device))
         with _CACHE_LOCK:
-            inst = _BACKEND_CACHE.get(key)
-            if inst is None or getattr(inst, "_released", False):
+            pid, inst = _BACKEND_CACHE.get(key, (None, None))
+            if inst is None or pid != os.getpid() or getattr(inst, "_released", False):
                 inst = create_backend(backend, **options)
-                _BACKEND_CACHE[key] = inst
+                _BACKEND_CACHE[key] = (os.getpid(), inst)
         return inst
     for method in ("rasterize", "render_frame", "render_rgb8", "check_settings"):
         if not callable(getattr(backend, method, None)):

@@ -35,6 +35,7 @@ Importing this module does not import moderngl; constructing the backend does.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -56,7 +57,7 @@ from .._check import (
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.rule import SUBPIXEL
 from ..settings import RasterSettings
-from .._gl import create_context, import_moderngl, probe_gl
+from .._gl import FORK_HINT, create_context, import_moderngl, probe_gl
 from .base import Backend, BackendCapabilities
 from .registry import register_backend
 
@@ -267,7 +268,9 @@ class GLMesh:
         num_faces: ``F``.
         bounds: float64 ``[2, 3]`` numpy array, the lower and upper corners of the positions'
             bounding box (used to keep GL's far plane from cutting anything).
-        released: whether ``release()`` was called.
+        released: whether ``release()`` was called, or the mesh was uploaded in another process
+            (``lost_to_fork``: GL buffers do not survive fork(); upload it again).
+        lost_to_fork: whether this process was forked after the upload.
     """
 
     def __init__(self, backend: "ModernGLBackend", vbo, num_faces: int, bounds: np.ndarray):
@@ -278,7 +281,16 @@ class GLMesh:
         self._instances_capacity = 0
         self.num_faces = num_faces
         self.bounds = bounds
-        self.released = False
+        self._released = False
+        self._pid = os.getpid()
+
+    @property
+    def released(self) -> bool:
+        return self._released or self.lost_to_fork
+
+    @property
+    def lost_to_fork(self) -> bool:
+        return self._pid != os.getpid()
 
     def objects(self) -> list:
         """The GL objects this mesh holds now (vertex arrays and buffers)."""
@@ -290,8 +302,12 @@ class GLMesh:
         """Free the GL buffers; safe to call twice."""
         if self.released:
             return
-        self.released = True
+        self._released = True
         self._backend._forget_mesh(self)
+        self._drop()
+
+    def _drop(self) -> None:
+        """Forget the GL objects (without a GL call once they are freed, or lost to fork())."""
         self._vaos.clear()
         self._vbo = self._instances = None
         self._instances_capacity = 0
@@ -310,7 +326,11 @@ class ModernGLBackend(Backend):
     instance transforms are applied in the vertex shader, so a frame sends only matrices to GL.
 
     Threads: one backend may be shared; its calls take turns (a lock around every GL call, with
-    the context made current in the calling thread).
+    the context made current in the calling thread). fork(): in a forked child the backend forgets
+    the parent's GL objects without touching them and makes a new context of its own on first use
+    (meshes uploaded before the fork are lost: upload them again); where no new context can be
+    made, or the context was passed in, it raises ``BackendUnavailableError`` saying how to avoid
+    fork(). See docs/reliability.md.
 
     Args:
         context: an existing moderngl context to draw with (not released by this backend);
@@ -339,6 +359,8 @@ class ModernGLBackend(Backend):
         self._owns_ctx = context is None
         self._lock = threading.RLock()  # held around every GL call (see _gl)
         self._depth = 0  # how deeply the holder of _lock has entered _gl
+        self._pid = os.getpid()  # the process whose context this is
+        self._unusable: str | None = None  # why this backend cannot draw in this process (after fork)
         self.ctx = create_context() if context is None else context
         if self._owns_ctx:
             self.ctx.__exit__(None, None, None)  # not current anywhere: any thread may take it
@@ -355,6 +377,42 @@ class ModernGLBackend(Backend):
     def _check_live(self, where: str) -> None:
         if self._released:
             raise BackendUnavailableError(f"{where}: this ModernGLBackend was released; create a new one")
+        if self._unusable is not None:
+            raise BackendUnavailableError(f"{where}: {self._unusable}")
+
+    def _follow_fork(self) -> None:
+        """In a process forked after this backend was made: forget the parent's GL state and, for
+        a context of this backend's own, make a new one here (or record why it cannot draw)."""
+        if self._pid == os.getpid():
+            return
+        with _FORK_LOCK:
+            if self._pid == os.getpid():
+                return
+            parent = self._pid
+            self._forget_gl_state()
+            self._lock, self._depth = threading.RLock(), 0  # the parent's lock may have been held
+            if not self._owns_ctx:
+                self._unusable = (f"this backend draws on an OpenGL context passed in (context=) in process "
+                                  f"{parent}, which forked this one; {FORK_HINT}")
+            elif not self._released:
+                self.ctx = None  # the parent's: never released or made current here
+                try:
+                    self.ctx = create_context()
+                    self.ctx.__exit__(None, None, None)
+                except BackendUnavailableError as exc:
+                    self._unusable = str(exc)
+            self._pid = os.getpid()
+
+    def _forget_gl_state(self) -> None:
+        """Drop every GL object without a GL call (they belong to another process's context)."""
+        for mesh in list(self._meshes.values()):
+            mesh._drop()  # mesh.lost_to_fork says so
+        self._meshes.clear()
+        self._programs.clear()
+        self._vaos.clear()
+        self._targets.clear()
+        self._vbo = None
+        self._vbo_capacity = 0
 
     @contextmanager
     def _gl(self, where: str):
@@ -364,6 +422,7 @@ class ModernGLBackend(Backend):
         turns: the outermost ``_gl`` makes the context current and gives it up on leaving (it may
         be re-entered by the same thread). Yields the context.
         """
+        self._follow_fork()
         with self._lock:
             self._check_live(where)
             outer = self._depth == 0
@@ -447,11 +506,21 @@ class ModernGLBackend(Backend):
         return objs
 
     def release(self) -> None:
-        """Free every GL resource (and the context, when this backend created it). Safe to call twice."""
+        """Free every GL resource (and the context, when this backend created it). Safe to call twice.
+
+        In a process forked after the backend was made, the parent's objects are only forgotten."""
+        if self._released:
+            return
+        if self._pid != os.getpid():
+            with _FORK_LOCK:
+                self._released = True
+                self._forget_gl_state()
+                self.ctx = None
+            return
         with self._lock:
             if self._released:
                 return
-            if self.ctx is not None:
+            if self.ctx is not None and self._unusable is None:
                 with self._gl(f"{type(self).__name__}.release"):
                     for obj in self.gl_objects():
                         obj.release()
@@ -510,6 +579,7 @@ class ModernGLBackend(Backend):
 
     def _forget_mesh(self, mesh: GLMesh) -> None:
         """Drop ``mesh`` from this backend and free its GL objects (unless the backend already did)."""
+        self._follow_fork()
         with self._lock:
             if self._meshes.pop(id(mesh), None) is None:
                 return
@@ -575,6 +645,9 @@ class ModernGLBackend(Backend):
         self._check_live(where)
         if not isinstance(mesh, GLMesh):
             raise PyGpuTypeError(f"{where}: `mesh` must be a GLMesh from upload_geometry, got {type(mesh).__name__}")
+        if mesh.lost_to_fork:
+            raise PyGpuValueError(f"{where}: `mesh` was uploaded before this process was forked, and GL objects "
+                                  "do not survive fork(); upload it again in this process")
         if mesh.released or mesh._backend is not self:
             raise PyGpuValueError(f"{where}: `mesh` was released or belongs to another backend; upload it again")
         size = check_size(where, size)
@@ -780,6 +853,17 @@ class ModernGLBackend(Backend):
             for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
                 out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", gl_target)
         return torch.from_numpy(out)
+
+
+_FORK_LOCK = threading.Lock()  # serializes backends' first use in a forked child
+
+
+def _after_fork_in_child() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _matrices(where: str, name: str, m, dims: int) -> np.ndarray:
