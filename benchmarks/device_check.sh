@@ -15,8 +15,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Every test file with tests that take the `device` fixture (tests/test_infrastructure.py checks
 # this list); with PY_GPU_TEST_DEVICES=cuda only their CUDA variants are collected.
 DEVICE_TESTS=(
+    tests/test_antialias.py
     tests/test_camera.py
     tests/test_clip.py
+    tests/test_fit.py
     tests/test_integration.py
     tests/test_interpolate.py
     tests/test_lights.py

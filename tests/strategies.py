@@ -13,9 +13,12 @@
 Every strategy builds CPU tensors; a device test moves the batch with ``TriangleBatch.to``.
 The settings profiles (deadline, examples, derandomization under CI) are in conftest.py;
 ``fixture_safe_settings`` lets a hypothesis test take the ``device`` (or ``gl``) fixture.
+- ``large_triangles`` draws triangles thousands of pixels long around small images.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from hypothesis import HealthCheck, settings
@@ -157,3 +160,40 @@ def kind_batches(draw):
 def clip_depths():
     """Three clip-space z values in [-1, 1], none within 1e-3 of the near plane z = 0."""
     return st.lists(st.floats(-1.0, 1.0).filter(lambda x: abs(x) > 1e-3), min_size=3, max_size=3)
+
+
+def uniform(lo: float, hi: float, steps: int = 1 << 16):
+    """Floats spread evenly over ``[lo, hi)``: ``st.floats`` and ``st.integers`` favor the ends and
+    small values, so the integer is scattered by an odd multiplier (a permutation of ``[0, steps)``)."""
+    return st.integers(0, steps - 1).map(lambda k: lo + (hi - lo) * (k * 40503 % steps) / steps)
+
+
+@st.composite
+def large_triangles(draw, max_leg: float = 8000.0, max_faces: int = 3, sides=(8, 128)):
+    """A screen-space ``TriangleBatch`` (B=1) of 1..``max_faces`` large triangles, and its ``(H, W)``.
+
+    Each triangle has a corner in or near the image and two more up to ``max_leg`` px away, in any
+    direction: right triangles with axis-aligned legs (any of the four orientations) or arbitrary
+    ones. Every vertex stays inside GL's 8,192 px guard band. Depth is constant per face, from a
+    small set, so faces are either equally near (a tie) or far apart.
+    """
+    height = draw(st.integers(*sides))
+    width = draw(st.integers(*sides))
+    leg = uniform(64.0, max_leg)
+    verts, faces = [], []
+    for _ in range(draw(st.integers(1, max_faces))):
+        ax = draw(uniform(-16.0, width + 16.0))
+        ay = draw(uniform(-16.0, height + 16.0))
+        z = draw(st.sampled_from([0.25, 0.5, 0.75]))
+        if draw(st.booleans()):
+            sx, sy = draw(st.sampled_from([-1.0, 1.0])), draw(st.sampled_from([-1.0, 1.0]))
+            tri = [[ax, ay], [ax, ay + sy * draw(leg)], [ax + sx * draw(leg), ay]]
+        else:
+            tri = [[ax, ay]]
+            for _ in range(2):
+                r, t = draw(leg), draw(uniform(0.0, 2 * math.pi))
+                tri.append([ax + r * math.cos(t), ay + r * math.sin(t)])
+        faces.append([len(verts), len(verts) + 1, len(verts) + 2])
+        verts += [[x, y, z] for x, y in tri]
+    batch = TriangleBatch(torch.tensor([verts], dtype=torch.float64), torch.tensor(faces, dtype=torch.int64))
+    return batch, (height, width)
