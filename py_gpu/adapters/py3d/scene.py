@@ -61,6 +61,8 @@ def vec_normalized(v: torch.Tensor, fallback) -> torch.Tensor:
     3-tuple; None means zero) where ``|v| == 0``."""
     size = vec_length(v)
     zero = size == 0
+    if not bool(zero.any()):
+        return v / size[..., None]
     out = v / torch.where(zero, torch.ones_like(size), size)[..., None]
     if fallback is None:
         fallback = (0.0, 0.0, 0.0)

@@ -85,12 +85,13 @@ def sample_light(light: Light, points: torch.Tensor) -> tuple[torch.Tensor, torc
                                                                           device=points.device)
     offset = _const(light.position, points) - points
     distance = vec_length(offset)
-    at_lamp = distance == 0.0
-    safe = torch.where(at_lamp, torch.ones_like(distance), distance)
-    direction = offset / safe[:, None]
     intensity = light.intensity * (1.0 / (1.0 + distance * distance))
     if light.radius is not None:
         intensity = torch.where(distance > light.radius, torch.zeros_like(intensity), intensity)
+    at_lamp = distance == 0.0
+    if not bool(at_lamp.any()):
+        return vec_normalized(offset / distance[:, None], None), intensity
+    direction = offset / torch.where(at_lamp, torch.ones_like(distance), distance)[:, None]
     direction = torch.where(at_lamp[:, None], _const((0.0, 1.0, 0.0), points).expand(n, 3), direction)
     intensity = torch.where(at_lamp, torch.full_like(intensity, light.intensity), intensity)
     return vec_normalized(direction, None), intensity
