@@ -35,7 +35,7 @@ def three_spheres():
     scene.add(p.Sphere((1.4, 0.1, 0.0), 0.5, m(color=(80, 120, 230), absorption=(0.1, 0.1, 0.0))))
     scene.add_light(p.Sun((-0.4, -0.7, 1.0), color=(255, 244, 225), intensity=0.85))
     scene.add_light(p.Lamp((-2.0, 1.7, -2.0), color=(80, 150, 255), intensity=2.6))
-    camera = p.Camera(position=(0.3, 0.6, -4.0), target=(0, 0, 0), fov_degrees=52)
+    camera = p.Camera(position=(0.3, 0.6, -2.5), target=(0, 0, 0), fov_degrees=52)
     return scene, camera, dict(background=(7, 9, 14), ambient=0.06, sphere_segments=20, sphere_rings=10)
 
 

@@ -157,7 +157,8 @@ class FrameRenderer:
             if settings.wireframe:
                 strokes.append(self._wireframe(geometry, view, corners, faces, settings))
             else:
-                triangles = self._triangles(geometry, view, corners, faces, lights, settings)
+                need_depth = bool(line_objects) or settings.edge_highlight
+                triangles = self._triangles(geometry, view, corners, faces, lights, settings, need_depth)
                 image[triangles.pixel] = triangles.color
                 if settings.edge_highlight:
                     strokes.append(self._highlights(geometry, view, settings))
@@ -309,22 +310,23 @@ class FrameRenderer:
         return out.reshape(n, -1)
 
     # ---- shading ----------------------------------------------------------------------------------------------
-    def _triangles(self, geometry: FrameGeometry, view: View, corners: _Corners, faces: _Faces, lights,
-                   settings) -> ln.Samples:
-        """The triangles' fragments: pixel, py_3d depth, draw-order key, final 0-255 color."""
+    def _triangles(self, geometry: FrameGeometry, view: View, corners: _Corners, faces: _Faces, lights, settings,
+                   need_depth: bool) -> ln.Samples:
+        """The triangles' fragments: pixel, py_3d depth (NaN unless ``need_depth``, or needed for
+        shading), draw-order key, final 0-255 color.
+
+        Flat, untextured faces are shaded once per face, as py_3d does; smooth or textured pixels
+        are shaded each with their own lighting and base color."""
         pixel, face = self._raster(view, corners, faces)
         if pixel.numel() == 0:
             return ln.Samples(pixel, torch.zeros(0, dtype=F64, device=self.device), pixel,
                               torch.zeros(0, 3, dtype=F64, device=self.device))
         table = geometry.table
-        weights = self._weights(view, corners, faces, pixel, face)
-        depth = self._at(corners.cam[:, 2:3], face, weights)[:, 0]
         material = geometry.face_material[face]
         shadows = None
         if settings.ray_traced_shadows:
             shadows = sh.Shadows(geometry.corners, table.light_transmission[geometry.face_material], settings)
-
-        # flat lighting at the centers of the faces that may show (only those shown, with shadows)
+        # flat lighting at the centers of the faces that may show (only of those shown, with shadows)
         if shadows is None:
             used = (faces.direct | faces.clipped).nonzero()[:, 0]
             inverse = torch.zeros(geometry.num_faces, dtype=torch.int64, device=self.device)
@@ -332,25 +334,41 @@ class FrameRenderer:
             inverse = inverse[face]
         else:
             used, inverse = torch.unique(face, return_inverse=True)
-        diffuse_f, specular_f = sh.lighting(geometry.center[used], faces.normal[used], faces.view[used],
-                                            geometry.face_material[used], table, lights, settings, shadows, used)
-        diffuse, specular = diffuse_f[inverse], specular_f[inverse]
-        normal, to_eye = faces.normal[face], faces.view[face]
-        smooth = geometry.has_normals[face] if settings.smooth_shading else torch.zeros_like(face, dtype=torch.bool)
-        if bool(smooth.any()):
-            lit = self._smooth(geometry, view, faces, face, weights, smooth, lights, settings, shadows)
-            diffuse[smooth], specular[smooth], normal[smooth], to_eye[smooth] = lit
+        used_material = geometry.face_material[used]
+        diffuse_f, specular_f = sh.lighting(geometry.center[used], faces.normal[used], faces.view[used], used_material,
+                                            table, lights, settings, shadows, used)
+        color = sh.shade(diffuse_f, specular_f, table.color[used_material], used_material, table,
+                         settings.ambient)[inverse]
 
-        base = table.color[material]
+        smooth = geometry.has_normals[face] if settings.smooth_shading else torch.zeros_like(face, dtype=torch.bool)
         textured = (table.texture[material] >= 0) & geometry.has_uv[face]
-        if bool(textured.any()):
-            uv = self._at(geometry.uvs, face[textured], weights[textured])
-            base[textured] = _texels(table, table.texture[material[textured]], uv)
-        color = sh.shade(diffuse, specular, base, material, table, settings.ambient)
+        any_smooth, any_textured = bool(smooth.any()), bool(textured.any())
+        fuzzy = not self.fast and bool((table.fuzziness[material] != 0.0).any())
+        weights = depth = None
+        if need_depth or fuzzy or any_smooth or any_textured:
+            weights = self._weights(view, corners, faces, pixel, face)
+            depth = self._at(corners.cam[:, 2:3], face, weights)[:, 0]
+        normal, to_eye = faces.normal[face], faces.view[face]
+        if any_smooth or any_textured:
+            own = smooth | textured  # pixels shaded with their own lighting or base color
+            diffuse, specular = diffuse_f[inverse[own]], specular_f[inverse[own]]
+            if any_smooth:
+                lit = self._smooth(geometry, view, faces, face, weights, smooth, lights, settings, shadows)
+                mine = smooth[own]
+                diffuse[mine], specular[mine] = lit[0], lit[1]
+                normal[smooth], to_eye[smooth] = lit[2], lit[3]
+            base = table.color[material[own]]
+            if any_textured:
+                uv = self._at(geometry.uvs, face[textured], weights[textured])
+                base[textured[own]] = _texels(table, table.texture[material[textured]], uv)
+            color[own] = sh.shade(diffuse, specular, base, material[own], table, settings.ambient)
         color = sh.reflect(color, material, table, normal, to_eye, settings.reflection_bounces)
-        width = view.size[1]
-        color = sh.surface(color, material, table, pixel % width, pixel // width, depth, noise=not self.fast)
+        if bool(((table.roughness != 0.0) | (table.fuzziness != 0.0)).any()):
+            width = view.size[1]
+            color = sh.surface(color, material, table, pixel % width, pixel // width, depth, noise=fuzzy)
         color = sh.gamma(color, settings.gamma)
+        if depth is None:
+            depth = torch.full((pixel.numel(),), math.nan, dtype=F64, device=self.device)
         order = ln.order_key(geometry.face_object[face], 0, face)
         return ln.Samples(pixel, depth, order, color)
 
