@@ -105,6 +105,32 @@ def test_moving_one_object_rebuilds_nothing(py_3d, spy):
         first = dict(spy)  # (the fresh renderer converted its own copies)
 
 
+def test_rotating_a_sphere_or_transformed_mesh_rebuilds_nothing(py_3d, spy):
+    m = py_3d.Material
+    tri = py_3d.Triangle((0, 0, 0), (0.6, 0, 0.1), (0.2, 0.5, 0), m(color=(250, 200, 0)), normal_a=(0, 0, -1),
+                         normal_b=(0, 0.2, -1), normal_c=(0.1, 0, -1))
+    objects = [py_3d.Sphere((-0.6, 0, 0), 0.6, m(color=(220, 80, 60), specular=0.4)),
+               py_3d.TransformedMesh(py_3d.Mesh([tri]), center=(0.8, -0.2, 0))]
+    cam, _ = _view(py_3d)
+    settings = py_3d.RenderSettings(width=64, height=40, ambient=0.1, smooth_shading=True)
+    r = py3d_adapter.Py3DRasterRenderer(reference_compatible=False)
+    r.render(_scene(py_3d, objects), cam, settings)
+    first = dict(spy)
+    for step in range(1, 3):
+        turn = py_3d.Vec3(0.3 * step, 0.7 * step, -0.2 * step)
+        objects = [dataclasses.replace(objects[0], rotation=turn, center=py_3d.Vec3(-0.6, 0.1 * step, 0)),
+                   dataclasses.replace(objects[1], rotation=turn)]
+        scene = _scene(py_3d, objects)
+        got = _pixels(r.render(scene, cam, settings))
+        assert spy == first, "a rotated object was rebuilt"
+        fresh = _pixels(py3d_adapter.Py3DRasterRenderer(reference_compatible=False).render(scene, cam, settings))
+        assert np.array_equal(got, fresh)
+        ref = _pixels(py_3d.CPURenderer().render(scene, cam, settings))
+        assert np.abs(got.astype(int) - ref.astype(int)).mean() < 0.05
+        first = dict(spy)
+    assert r.stats.scene.moves == 4 and r.stats.scene.conversions == 2
+
+
 def test_changing_one_object_rebuilds_only_it(py_3d, spy):
     objects = _objects(py_3d)
     cam, settings = _view(py_3d)

@@ -8,7 +8,8 @@ its triangles as float64 tensors on the scene device, corners face-major (rows `
    ``(type, id, sphere_segments, sphere_rings)`` and a weak reference to the owner;
 2. else by value: an equal object (py_3d objects are frozen dataclasses, so a scene rebuilt
    every frame repeats them) reuses the mesh, and one that differs only in its position field
-   (``center``, ``point``, ``position``) reuses it translated, without calling ``to_triangles``;
+   (``center``, ``point``, ``position``) and, for ``Sphere`` and ``TransformedMesh``, its
+   ``rotation``, reuses it moved, without calling ``to_triangles``;
 3. else it calls ``to_triangles`` once and converts the result.
 
 Per frame :meth:`SceneCache.frame` assembles the meshes in draw order into one
@@ -31,10 +32,13 @@ from . import _py3d
 F64 = torch.float64
 #: Classes (by py_3d name) that take sphere_segments / sphere_rings, as CPURenderer passes them.
 _ROUND = ("BlobSurface", "Bowl", "Capsule", "Sphere")
-#: Classes (by py_3d name) built around one position field: an object that differs from a cached
-#: one only there is that mesh moved.
-_POSITION_FIELD = {"BlobSurface": "center", "Bowl": "center", "Box": "center", "Capsule": "center",
-                   "Sphere": "center", "TransformedMesh": "center", "Plane": "point", "LampPrimitive": "position"}
+#: Classes (by py_3d name) built around a position field and, for some, an Euler rotation field: an
+#: object that differs from a cached one only there is that mesh moved (translated and rotated as
+#: py_3d's ``center + _rotate_euler(v)`` does).
+_TRANSFORM_FIELDS = {"BlobSurface": ("center", None), "Bowl": ("center", None), "Box": ("center", None),
+                     "Capsule": ("center", None), "Sphere": ("center", "rotation"),
+                     "TransformedMesh": ("center", "rotation"), "Plane": ("point", None),
+                     "LampPrimitive": ("position", None)}
 _LINE_TYPES = ("Point3", "Line3", "LineSet3")
 _VALUE_CACHE_SIZE = 512
 
@@ -69,6 +73,17 @@ def vec_normalized(v: torch.Tensor, fallback) -> torch.Tensor:
     if not isinstance(fallback, torch.Tensor):
         fallback = torch.tensor(fallback, dtype=v.dtype, device=v.device)
     return torch.where(zero[..., None], fallback.expand_as(v), out)
+
+
+def rotate_euler(v: torch.Tensor, rotation: tuple) -> torch.Tensor:
+    """py_3d's ``_rotate_euler`` of ``[N, 3]`` vectors: about x, then y, then z (same operations)."""
+    cx, sx, cy, sy, cz, sz = (f(a) for a in rotation for f in (math.cos, math.sin))
+    x, y, z = v.unbind(-1)
+    y1 = y * cx - z * sx
+    z1 = y * sx + z * cx
+    x2 = x * cy + z1 * sy
+    z2 = -x * sy + z1 * cy
+    return torch.stack([x2 * cz - y1 * sz, x2 * sz + y1 * cz, z2], -1)
 
 
 def face_frames(corners: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,14 +125,18 @@ class ObjectMesh:
     def num_faces(self) -> int:
         return self.face_material.shape[0]
 
-    def moved(self, offset: tuple) -> "ObjectMesh":
-        """This shape translated by ``offset`` (from the template's origin): corners and centers
-        change, nothing is converted again."""
+    def moved(self, offset: tuple, rotation: tuple | None = None) -> "ObjectMesh":
+        """This shape (the template's, at the origin) rotated by the Euler angles ``rotation`` and
+        translated by ``offset``, as py_3d places a ``Sphere`` or ``TransformedMesh``: corners,
+        vertex normals and centers change, nothing is converted again."""
         base = self.template.mesh
-        shift = torch.tensor(offset, dtype=F64, device=base.corners.device)
-        corners = base.corners + shift
+        corners, normals = base.corners, base.normals
+        if rotation is not None and any(rotation):
+            corners, normals = rotate_euler(corners, rotation), rotate_euler(normals, rotation)
+        corners = corners + torch.tensor(offset, dtype=F64, device=corners.device)
         normal, center = face_frames(corners)
-        return dataclasses.replace(base, corners=corners, face_normal=normal, center=center, offset=tuple(offset))
+        return dataclasses.replace(base, corners=corners, normals=normals, face_normal=normal, center=center,
+                                   offset=tuple(offset))
 
     def sharp_edges(self, threshold_degrees: float) -> torch.Tensor:
         """int64 ``[E, 2]`` corner rows of the edges ``edge_highlight`` draws (py_3d's
@@ -291,32 +310,38 @@ class SceneCache:
 
     # ---- objects -----------------------------------------------------------------------------------
     def _mesh(self, obj, settings) -> ObjectMesh:
-        rounds, position_field = _type_info(type(obj))
+        rounds, fields = _type_info(type(obj))
         id_key = (type(obj), id(obj), settings.sphere_segments if rounds else 0, settings.sphere_rings if rounds else 0)
         hit = self._by_id.get(id_key)
         if hit is not None and hit[0]() is obj:
             return hit[1]
-        mesh = self._by_value_or_convert(obj, settings, rounds, position_field)
+        mesh = self._by_value_or_convert(obj, settings, rounds, fields)
         try:
             self._by_id[id_key] = (weakref.ref(obj), mesh)
         except TypeError:  # not weak-referenceable: found by value (or converted) every frame
             pass
         return mesh
 
-    def _by_value_or_convert(self, obj, settings, rounds: bool, position_field: str | None) -> ObjectMesh:
+    def _by_value_or_convert(self, obj, settings, rounds: bool, fields: tuple) -> ObjectMesh:
         py_3d = _py3d()
+        position_field, rotation_field = fields
         keep: list = []
-        value = _object_key(obj, position_field, keep)
+        value = _object_key(obj, fields, keep)
         if value is None:  # not a frozen dataclass: converted as it is
             return self._convert(py_3d.render._triangles_for(obj, settings), _Template())
         key = (value, settings.sphere_segments, settings.sphere_rings) if rounds else (value,)
-        offset = tuple(getattr(obj, position_field)) if position_field else (0.0, 0.0, 0.0)
+        origin = (0.0, 0.0, 0.0)
+        offset = tuple(getattr(obj, position_field)) if position_field else origin
+        rotation = tuple(getattr(obj, rotation_field)) if rotation_field else origin
         template = self._by_value.get(key)
         if template is None:
             template = _Template(keep=tuple(keep))
             source = obj
             if position_field is not None:
-                source = dataclasses.replace(obj, **{position_field: py_3d.Vec3(0.0, 0.0, 0.0)})
+                reset = {position_field: py_3d.Vec3(*origin)}
+                if rotation_field is not None:
+                    reset[rotation_field] = py_3d.Vec3(*origin)
+                source = dataclasses.replace(obj, **reset)
             template.mesh = self._convert(py_3d.render._triangles_for(source, settings), template)
             self._by_value[key] = template
             if len(self._by_value) > _VALUE_CACHE_SIZE:
@@ -325,16 +350,17 @@ class SceneCache:
         else:
             self._by_value.move_to_end(key)
             fresh = False
-        if offset == (0.0, 0.0, 0.0):
+        if offset == origin and rotation == origin:
             self.stats.value_hits += not fresh
             return template.mesh
-        mesh = template.placed.get(offset)
+        place = (offset, rotation)
+        mesh = template.placed.get(place)
         if mesh is not None:
-            template.placed.move_to_end(offset)
+            template.placed.move_to_end(place)
             self.stats.value_hits += 1
             return mesh
         self.stats.moves += not fresh
-        mesh = template.placed[offset] = template.mesh.moved(offset)
+        mesh = template.placed[place] = template.mesh.moved(offset, rotation)
         if len(template.placed) > 8:
             template.placed.popitem(last=False)
         return mesh
@@ -385,7 +411,7 @@ class SceneCache:
         if hit is not None and hit[0]() is obj:
             return hit[1]
         keep: list = []
-        value = _object_key(obj, None, keep)
+        value = _object_key(obj, (), keep)
         if value is not None and value in self._line_values:
             self._line_values.move_to_end(value)
             line = self._line_values[value][1]
@@ -471,26 +497,27 @@ class SceneCache:
 _TYPE_INFO: dict[type, tuple] = {}
 
 
-def _type_info(cls: type) -> tuple[bool, str | None]:
-    """``(takes sphere segments and rings, position field)`` of an object class: py_3d's round
-    primitives and their subclasses take segments and rings (as ``CPURenderer`` passes them);
-    only py_3d's own classes (not subclasses, which may build differently) are moved by value."""
+def _type_info(cls: type) -> tuple[bool, tuple]:
+    """``(takes sphere segments and rings, (position field, rotation field))`` of an object class:
+    py_3d's round primitives and their subclasses take segments and rings (as ``CPURenderer``
+    passes them); only py_3d's own classes (not subclasses, which may build differently) are moved
+    by value."""
     info = _TYPE_INFO.get(cls)
     if info is None:
         py_3d = _py3d()
         rounds = issubclass(cls, tuple(getattr(py_3d, n) for n in _ROUND))
-        position = next((f for n, f in _POSITION_FIELD.items() if getattr(py_3d, n, None) is cls), None)
-        info = _TYPE_INFO[cls] = (rounds, position)
+        fields = next((f for n, f in _TRANSFORM_FIELDS.items() if getattr(py_3d, n, None) is cls), (None, None))
+        info = _TYPE_INFO[cls] = (rounds, fields)
     return info
 
 
-def _object_key(obj, skip: str | None, keep: list):
-    """A hashable value of a frozen dataclass object without its ``skip`` field, or None."""
+def _object_key(obj, skip: tuple, keep: list):
+    """A hashable value of a frozen dataclass object without its ``skip`` fields, or None."""
     if not (dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen):
         return None
     parts = [type(obj)]
     for f in dataclasses.fields(obj):
-        if f.name != skip:
+        if f.name not in skip:
             parts.append((f.name, _value_key(getattr(obj, f.name), keep, 0)))
     return tuple(parts)
 
