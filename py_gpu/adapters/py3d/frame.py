@@ -148,7 +148,7 @@ class FrameRenderer:
         geometry, line_objects = self.cache.frame(scene.objects, settings)
         view = View(camera, width, height, self.device)
         bg = settings.background
-        image = torch.tensor((bg.r, bg.g, bg.b), dtype=F64, device=self.device).repeat(width * height, 1)
+        image = torch.tensor((bg.r, bg.g, bg.b), dtype=torch.uint8, device=self.device).repeat(width * height, 1)
         strokes: list[ln.Samples] = []
         triangles = None
         if geometry.num_faces:
@@ -159,13 +159,13 @@ class FrameRenderer:
             else:
                 need_depth = bool(line_objects) or settings.edge_highlight
                 triangles = self._triangles(geometry, view, corners, faces, lights, settings, need_depth)
-                image[triangles.pixel] = triangles.color
+                image[triangles.pixel] = triangles.color.to(torch.uint8)
                 if settings.edge_highlight:
                     strokes.append(self._highlights(geometry, view, settings))
         strokes += [self._line_object(index, obj, view, settings) for index, obj in line_objects]
         if strokes:
             ln.composite(image, triangles, ln.Samples.cat(strokes))
-        rgb = image.to(torch.uint8).cpu().numpy().tobytes()
+        rgb = image.cpu().numpy().tobytes()
         buffer = py_3d.PixelBuffer.from_rgb_bytes(width, height, rgb)
         if target is not None:
             target.pixels = buffer.pixels
@@ -277,7 +277,7 @@ class FrameRenderer:
 
     def _weights(self, view: View, corners: _Corners, faces: _Faces, pixel: torch.Tensor, face: torch.Tensor):
         """float64 ``[N, 3]`` weights of the face's corners at each pixel center: py_3d's screen-space
-        weights for faces py_3d draws; perspective-correct ones for clipped faces."""
+        weights for faces py_3d draws; perspective-correct ones for faces that reach behind near."""
         width = view.size[1]
         px = (pixel % width).to(F64) + 0.5
         py = (pixel // width).to(F64) + 0.5
@@ -290,7 +290,7 @@ class FrameRenderer:
         w1 = ((px - cx) * (ay - cy) - (py - cy) * (ax - cx)) * inv_area
         w2 = ((px - ax) * (by - ay) - (py - ay) * (bx - ax)) * inv_area
         weights = torch.stack([w0, w1, w2], -1)
-        cut = faces.clipped[face]
+        cut = ~faces.drawn[face]  # faces py_3d does not draw (they reach behind near): no py_3d weights
         if bool(cut.any()):
             cam = corners.cam[rows[cut]]  # [n, 3 corners, 3]
             ray = torch.stack([(px[cut] / max(view.half_width, 1e-30) - 1.0) * view.aspect / view.focal,

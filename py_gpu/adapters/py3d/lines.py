@@ -97,7 +97,7 @@ def _empty(device) -> Samples:
 
 
 def composite(image: torch.Tensor, triangles: Samples | None, strokes: Samples) -> None:
-    """Write into ``image`` (``[H * W, 3]``) the nearest fragment of each pixel among the triangles'
+    """Write into ``image`` (uint8 ``[H * W, 3]``) the nearest fragment of each pixel among the triangles'
     pixels (already in ``image``) and the line and point samples; equal depths go to the earlier
     drawn (lower key), as py_3d's strictly-less depth test does."""
     keep = torch.isfinite(strokes.depth)
@@ -112,4 +112,4 @@ def composite(image: torch.Tensor, triangles: Samples | None, strokes: Samples) 
     first = torch.full((size,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=image.device)
     first = first.scatter_reduce(0, frags.pixel[tied], frags.order[tied], "amin")
     win = tied & (frags.order == first[frags.pixel])
-    image[frags.pixel[win]] = frags.color[win]
+    image[frags.pixel[win]] = frags.color[win].to(image.dtype)
