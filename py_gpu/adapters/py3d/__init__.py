@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 #: Backend names (and aliases) py_gpu registers itself; others are checked against the registry.
 _KNOWN_BACKENDS = {"auto", "reference", "cpu", "numpy", "torch", "moderngl", "opengl", "gl", "gpu"}
@@ -124,7 +124,7 @@ class Py3DRasterRenderer:
             ``"torch"``, ``"numpy"`` or ``"reference"``.
         fast_materials: trade fidelity for speed in the py_gpu path; :data:`FAST_MATERIALS_SKIPS`
             says exactly what is evaluated more coarsely. Ignored with ``reference_compatible``.
-        name: the renderer's name (py_3d's ``Renderer`` protocol).
+        name, backend: the renderer's name and backend label (py_3d's ``Renderer`` protocol).
         device: torch device for the scene tensors and shading (default: the torch backend's
             device, else the CPU). Shading runs in float64 there.
 
@@ -139,7 +139,7 @@ class Py3DRasterRenderer:
     fast_materials: bool = False
     name: str = "py_gpu py_3d batch renderer"
     device: object | None = None
-    backend: str = field(default="py_gpu", init=False)
+    backend: str = "py_gpu"
 
     def __post_init__(self) -> None:
         where = "Py3DRasterRenderer"
