@@ -310,3 +310,28 @@ def test_render_into_target(py_3d):
         _bridge().render(scene, cam, settings, py_3d.PixelBuffer.new(4, 4))
     with pytest.raises(ValueError):
         py3d_adapter.frame_to_py3d_pixel_buffer(__import__("py_gpu").FrameBuffer.new(4, 4), target)
+
+
+# ---- python -m py_gpu.adapters.py3d ------------------------------------------------------------------------
+def test_runner_applies_the_import_fix_and_runs_the_script(py_3d, tmp_path):
+    (tmp_path / "helper.py").write_text("VALUE = 7\n")
+    script = tmp_path / "show.py"
+    script.write_text(
+        "import sys\n"
+        "import py_3d\n"  # fails on Linux without the fix
+        "import helper\n"  # the script's directory is on sys.path, as with `python script.py`
+        "print(__name__, sys.argv[1:], helper.VALUE)\n"
+        "sys.exit(3)\n"
+    )
+    run = subprocess.run([sys.executable, "-m", "py_gpu.adapters.py3d", str(script), "a", "--b"],
+                         capture_output=True, text=True)
+    assert run.returncode == 3, run.stderr
+    assert run.stdout.strip() == "__main__ ['a', '--b'] 7"
+
+
+def test_runner_usage_errors():
+    run = subprocess.run([sys.executable, "-m", "py_gpu.adapters.py3d"], capture_output=True, text=True)
+    assert run.returncode == 2 and "usage" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "py_gpu.adapters.py3d", "no_such_script.py"], capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and "no such script" in run.stderr

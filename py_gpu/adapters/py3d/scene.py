@@ -40,7 +40,7 @@ _TRANSFORM_FIELDS = {"BlobSurface": ("center", None), "Bowl": ("center", None), 
                      "TransformedMesh": ("center", "rotation"), "Plane": ("point", None),
                      "LampPrimitive": ("position", None)}
 _LINE_TYPES = ("Point3", "Line3", "LineSet3")
-_VALUE_CACHE_SIZE = 512
+_VALUE_CACHE_SIZE = 256
 
 
 def vec_length(v: torch.Tensor) -> torch.Tensor:
