@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -33,7 +35,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import Report, fmt_ms, time_call  # noqa: E402
+from common import Report, fmt_ms  # noqa: E402
 
 from py_gpu.adapters.py3d import Py3DRasterRenderer, _py3d, fixtures  # noqa: E402
 
@@ -105,10 +107,26 @@ def construction_times() -> tuple[float, float]:
     return runs[1]
 
 
-def bench(report: Report, sizes, repeat: int) -> list[str]:
+def _frame_ms(fn, count: int) -> float:
+    """Median wall time of ``count`` calls of ``fn``, in ms."""
+    samples = []
+    for _ in range(count):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(samples)
+
+
+def bench(report: Report, sizes, rounds: int, frames: int) -> list[str]:
+    """Each round times one CPURenderer frame and then ``frames`` frames of every bridge variant,
+    so that all of them share the machine's load of that moment; a ratio is the median over the
+    rounds of (CPURenderer's frame / the variant's median frame) of the same round."""
     p = _py3d()
-    columns = ["scene (triangles)", "size", "CPURenderer"]
-    columns += [f"bridge {b}" for b in BACKENDS] + ["fast_materials (moderngl)", "fidelity moderngl (MAE / within3)"]
+    variants = [(f"bridge {b}", dict(prefer_backend=b)) for b in BACKENDS]
+    variants.append(("fast_materials (moderngl)", dict(prefer_backend="moderngl", fast_materials=True)))
+    columns = ["scene (triangles)", "size", "CPURenderer"] + [v for v, _ in variants]
+    columns.append("fidelity, bridge moderngl (MAE / within3)")
     table = report.table("py_3d bridge vs CPURenderer (ms per frame; x = speed-up over CPURenderer)", columns)
     shortfalls = []
     for name in SCENES:
@@ -118,26 +136,29 @@ def bench(report: Report, sizes, repeat: int) -> list[str]:
             settings = fixtures.settings(kw, width, height)
             cpu = p.CPURenderer()
             ref = _pixels(cpu.render(scene, camera, settings))  # warms its static-geometry cache
-            cpu_ms = time_call(lambda: cpu.render(scene, camera, settings), repeat=max(1, repeat // 3), warmup=0)
-            row = [f"{name} ({triangles:,})", f"{width}x{height}", fmt_ms(cpu_ms)]
-            fidelity = ""
-            for backend in BACKENDS:
-                r = Py3DRasterRenderer(reference_compatible=False, prefer_backend=backend)
-                ours = _pixels(r.render(scene, camera, settings))
-                ms = time_call(lambda: r.render(scene, camera, settings), repeat=repeat, warmup=1)
-                row.append(f"{fmt_ms(ms)} x{cpu_ms / ms:.1f}")
-                if backend == "moderngl":
-                    fidelity = _fidelity(ref, ours)
-                    if cpu_ms / ms < TARGET:
-                        shortfalls.append(f"{name} {width}x{height}: x{cpu_ms / ms:.1f}")
-            fast = Py3DRasterRenderer(reference_compatible=False, fast_materials=True)
-            fast.render(scene, camera, settings)
-            ms = time_call(lambda: fast.render(scene, camera, settings), repeat=repeat, warmup=1)
-            row += [f"{fmt_ms(ms)} x{cpu_ms / ms:.1f}", fidelity]
+            renderers = [Py3DRasterRenderer(reference_compatible=False, **kw_) for _, kw_ in variants]
+            frames_of = [_pixels(r.render(scene, camera, settings)) for r in renderers]  # warm: converted once
+            cpu_ms, times, ratios = [], [[] for _ in variants], [[] for _ in variants]
+            for _ in range(rounds):
+                c = _frame_ms(lambda: cpu.render(scene, camera, settings), 1)
+                cpu_ms.append(c)
+                for k, r in enumerate(renderers):
+                    ms = _frame_ms(lambda: r.render(scene, camera, settings), frames)
+                    times[k].append(ms)
+                    ratios[k].append(c / ms)
+            row = [f"{name} ({triangles:,})", f"{width}x{height}", fmt_ms(statistics.median(cpu_ms))]
+            for k, (label, _) in enumerate(variants):
+                ratio = statistics.median(ratios[k])
+                row.append(f"{fmt_ms(statistics.median(times[k]))} x{ratio:.1f}")
+                if label == "bridge moderngl" and ratio < TARGET:
+                    shortfalls.append(f"{name} {width}x{height}: x{ratio:.1f}")
+            row.append(_fidelity(ref, frames_of[0]))
             report.add_row(table, row)
     table.notes += [
-        "one process, warm caches (unchanged scene, fixed camera); medians of wall time; torch.set_num_threads(1)",
-        "bridge = Py3DRasterRenderer(reference_compatible=False, prefer_backend=...), default fast_materials=False",
+        f"one process; {rounds} rounds, each one CPURenderer frame then {frames} frames of each bridge variant; "
+        "medians; x = median over rounds of the same round's ratio; torch.set_num_threads(1)",
+        "warm caches: unchanged scene, fixed camera (CPURenderer's static-geometry cache is on)",
+        "bridge = Py3DRasterRenderer(reference_compatible=False, prefer_backend=...), fast_materials=False",
         "fast_materials=True: smooth surfaces lit at triangle corners, no fuzz noise (docs/py3d.md)",
         f"target: the default (moderngl) bridge >= {TARGET:.0f}x CPURenderer on both scenes at both sizes",
     ]
@@ -170,8 +191,9 @@ def main(argv=None) -> int:
     sizes = [(320, 180)] if args.quick else [(320, 180), (640, 360)]
     report = Report()
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     construct_ms, first_ms = construction_times()
-    shortfalls = bench(report, sizes, repeat=5 if args.quick else 9)
+    shortfalls = bench(report, sizes, rounds=3 if args.quick else 5, frames=5)
     t = report.table("Construction (fresh interpreter, median of 3)", ["step", "ms"])
     report.add_row(t, ["py_3d.GPURenderer() (imports py_gpu and its py_3d adapter, builds the bridge)",
                        fmt_ms(construct_ms)])
@@ -181,6 +203,7 @@ def main(argv=None) -> int:
     print()
     for table in report.tables:
         print(table.text() + "\n")
+    load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     verdict = "every ratio meets the target" if not shortfalls else "below target: " + ", ".join(shortfalls)
     print(f"target {TARGET:.0f}x: {verdict}; {time.perf_counter() - started:.0f} s")
     if not args.no_write:
@@ -195,7 +218,8 @@ def main(argv=None) -> int:
             "torch runs with one thread (`torch.set_num_threads(1)`, `OMP_NUM_THREADS=1`): CPURenderer is "
             "single-threaded Python.",
             "",
-            f"Machine: {machine_line()}.",
+            f"Machine: {machine_line()}; {load} (the cores are shared with other work, which slows both "
+            "renderers alike: each ratio divides frames timed in the same round).",
             "",
         ]
         body += [table.markdown() for table in report.tables]
