@@ -176,3 +176,17 @@ def test_lighting_is_never_evaluated_per_triangle_in_python(py_3d, monkeypatch):
     for _ in range(3):
         r.render(scene, cam, settings)
     assert calls == {"shade": 0, "lighting": 0, "sample": 0}
+
+
+def test_a_texture_whose_pixels_are_replaced_is_read_again(py_3d):
+    texture = py_3d.PixelBuffer(4, 4, [py_3d.Color(10 * i, 200, 90) for i in range(16)])
+    scene = _scene(py_3d, _objects(py_3d, texture))
+    cam, settings = _view(py_3d)
+    r = py3d_adapter.Py3DRasterRenderer(reference_compatible=False)
+    before = _pixels(r.render(scene, cam, settings))
+    texture.pixels = [py_3d.Color(250, 10 * i, 30) for i in range(16)]
+    after = _pixels(r.render(scene, cam, settings))
+    assert r.stats.scene.texture_uploads == 2 and r.stats.scene.conversions == 4
+    assert not np.array_equal(before, after)
+    assert np.array_equal(after, _pixels(py3d_adapter.Py3DRasterRenderer(reference_compatible=False).render(
+        scene, cam, settings)))

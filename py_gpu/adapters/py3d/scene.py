@@ -224,6 +224,11 @@ class MaterialTable:
     texels: torch.Tensor
     texture_offset: torch.Tensor
     texture_size: torch.Tensor
+    sources: tuple = ()  # (PixelBuffer, its pixel list) of each texture, as converted
+
+    def stale(self) -> bool:
+        """Whether a texture's pixel list was replaced since the table was made."""
+        return any(tex.pixels is not pixels for tex, pixels in self.sources)
 
 
 @dataclass
@@ -286,6 +291,8 @@ class SceneCache:
             self.stats.assemblies += 1
             self._last_key, self._last = key, self._assemble(meshes)
             self._forget_dead(len(objects))
+        elif self._last.table.stale():
+            self._last = dataclasses.replace(self._last, table=self._table(self._last.materials))
         return self._last, tuple(lines)
 
     def _assemble(self, meshes) -> FrameGeometry:
@@ -478,7 +485,8 @@ class SceneCache:
         return MaterialTable(data[:, 0:3], data[:, 3:6], col(6), data[:, 7:10], col(10), col(11), col(12), col(13),
                              col(14), col(15), torch.tensor(tex_of, dtype=torch.int64, device=dev), texel,
                              torch.tensor(offsets, dtype=torch.int64, device=dev),
-                             torch.tensor(sizes, dtype=torch.int64, device=dev).reshape(-1, 2))
+                             torch.tensor(sizes, dtype=torch.int64, device=dev).reshape(-1, 2),
+                             tuple((tex, tex.pixels) for tex in textures))
 
     def _texture(self, tex) -> torch.Tensor:
         """uint8 ``[Ht * Wt, 3]`` texels of a py_3d ``PixelBuffer`` (cached while the buffer and its
