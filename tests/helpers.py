@@ -9,6 +9,14 @@ import pytest
 import torch
 
 from conftest import TOLERANCES
+from py_gpu.backends.base import to_device
+
+CPU = torch.device("cpu")
+
+
+def on_cpu(result):
+    """A ``Frame``, ``Fragments`` or tensor on the CPU (where reference results are compared)."""
+    return to_device(result, CPU)
 
 
 def float64_on(device: torch.device) -> torch.dtype:

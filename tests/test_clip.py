@@ -11,15 +11,12 @@ import torch
 from hypothesis import given
 
 from py_gpu import PyGpuValueError, TriangleBatch
-from py_gpu.backends.base import to_device
 from py_gpu.backends.cpu import NumpyBackend
 from py_gpu.camera import Camera
 from py_gpu.raster.clip import clip_batch, clip_near
 from py_gpu.settings import RasterSettings
-from helpers import float64_on
+from helpers import float64_on, on_cpu
 from strategies import clip_depths, fixture_safe_settings
-
-CPU = torch.device("cpu")
 
 
 def _tri(zs, dtype=torch.float64, device=None):
@@ -119,8 +116,8 @@ def test_ground_plane_no_holes_and_perspective_correct_positions(device):
     res = clip_batch(TriangleBatch(clip, faces.to(device)), attributes={"world": pos[None].to(device)})
     assert res.num_clipped > 0 and res.batch.device.type == device.type
     frags = NumpyBackend().rasterize(res.batch, size, settings=RasterSettings())
-    un = to_device(res.unclip(frags), CPU)
-    frags = to_device(frags, CPU)
+    un = on_cpu(res.unclip(frags))
+    frags = on_cpu(frags)
     face = un.face_index[0, ..., 0]
     # every pixel below the horizon sees the ground: the horizon row is where the view ray is level
     rows = torch.arange(size[0], dtype=torch.float64) + 0.5

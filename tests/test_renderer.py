@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from py_gpu import BackendUnavailableError, PyGpuTypeError, PyGpuValueError
-from py_gpu.backends.base import to_device
 from py_gpu.camera import Camera, axis_angle_to_matrix, perspective, rotation_angle, view_from_pose
 from py_gpu.mesh import MeshBatch
 from py_gpu.shapes import cube, plane, torus, uv_sphere
@@ -20,7 +19,7 @@ from py_gpu.renderer import Renderer
 from py_gpu.settings import BlendSettings, RasterSettings
 from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
 from py_gpu.shading.texture import sample_texture
-from helpers import float64_on
+from helpers import float64_on, on_cpu
 
 SIZE = (64, 80)
 
@@ -103,7 +102,7 @@ def test_room_has_no_holes_and_crosses_the_near_plane(room_reference):
 
 
 def _assert_matches_reference(backend: str, frame, ref) -> None:
-    frame = to_device(frame, torch.device("cpu"))
+    frame = on_cpu(frame)
     mismatches = int((frame.face_index != ref.face_index).sum())
     print(f"{backend}: {mismatches} of {ref.face_index.numel()} pixels differ in face index from the reference")
     same = (frame.face_index == ref.face_index).double().mean().item()

@@ -13,13 +13,12 @@ from hypothesis import given, strategies as st
 
 import py_gpu
 from py_gpu import BlendSettings, MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
-from py_gpu.backends.base import to_device
 from py_gpu.fixtures import grid_fixture, mesh_fixture
 from py_gpu.raster.soft_oracle import rasterize_soft_oracle
 from py_gpu.raster.torch_soft import rasterize_soft, soft_geometry
 from py_gpu.shading.blend import blend_weights, coverage, silhouette
 from py_gpu.shading.composite import render_soft
-from helpers import compare_impls, float64_on
+from helpers import compare_impls, float64_on, on_cpu
 from strategies import fixture_safe_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +67,7 @@ def blending(gamma: float = 0.1) -> BlendSettings:
 
 def assert_fragments_match(a, b, tol=TOL) -> None:
     """Equal fragments (compared on the CPU): the same faces, distances, barycentrics and depths."""
-    a, b = to_device(a, CPU), to_device(b, CPU)
+    a, b = on_cpu(a), on_cpu(b)
     assert torch.equal(a.face_index, b.face_index)
     m = a.mask
     assert torch.allclose(a.dist, b.dist, atol=tol, rtol=0)
@@ -126,7 +125,7 @@ def test_forward_matches_oracle_when_k_covers_every_face(seed, clip, device):
     s = soft()
     fast, ref = rasterize_soft(batch, (12, 16), s), rasterize_soft_oracle(batch.to(CPU), (12, 16), s)
     assert fast.face_index.device.type == device.type
-    fast = to_device(fast, CPU)
+    fast = on_cpu(fast)
     assert fast.mask.any(-1).float().mean() > 0.3  # the scene is not trivially empty
     assert fast.mask.sum(-1).max() >= 3  # overlaps exist, so order matters
     assert_fragments_match(fast, ref)
@@ -151,7 +150,7 @@ def test_top_k_and_chunks_match_oracle(device, seed, faces, k, budget, sigma, cu
 def test_equal_depth_ties_go_to_the_lower_face_index(device):
     batch = grid_fixture(n=4, width=24, height=24)  # coplanar: every depth is 0.5
     s = soft(faces_per_pixel=3, sigma=4.0, memory_budget=100_000)  # several chunks, K < faces reaching
-    fast = to_device(rasterize_soft(batch.to(device, float64_on(device)), (24, 24), s), CPU)
+    fast = on_cpu(rasterize_soft(batch.to(device, float64_on(device)), (24, 24), s))
     ref = rasterize_soft_oracle(batch, (24, 24), s)
     assert_fragments_match(fast, ref)
     f, d = fast.face_index, fast.depth
@@ -176,7 +175,7 @@ def test_mesh_top_k_matches_oracle(device, dtype):
     s = soft(sigma=0.8, faces_per_pixel=3, memory_budget=60_000)
     fast = rasterize_soft(batch.to(device), (32, 32), s)
     assert fast.bary.dtype == dtype and fast.bary.device.type == device.type
-    fast, ref = to_device(fast, CPU), rasterize_soft_oracle(batch, (32, 32), s)
+    fast, ref = on_cpu(fast), rasterize_soft_oracle(batch, (32, 32), s)
     assert fast.mask.all(-1).float().mean() > 0.3
     tol = 1e-5 if dtype == torch.float64 else 1e-4
     assert_fragments_match(fast, ref, tol)
@@ -260,8 +259,8 @@ def test_blend_formulas_written_out(device):
 def test_nearest_covering_face_and_depth(device):
     batch = random_scene(7, device=device)
     s = soft()
-    frags = to_device(rasterize_soft(batch, (12, 16), s), CPU)
-    frame = to_device(render_soft(batch, (12, 16), settings=s), CPU)
+    frags = on_cpu(rasterize_soft(batch, (12, 16), s))
+    frame = on_cpu(render_soft(batch, (12, 16), settings=s))
     cov = frags.mask & (frags.dist >= 0)
     for b, y, x in [(0, y, x) for y in range(12) for x in range(16)]:
         ks = torch.nonzero(cov[b, y, x]).flatten()
@@ -340,7 +339,7 @@ def test_small_sigma_matches_hard_mode(snap, device):
     best = weights.argmax(-1, keepdim=True)
     argmax_face = torch.where(weights.gather(-1, best)[..., 0] > w_bg, frags.face_index.gather(-1, best)[..., 0], -1)
     argmax_face = argmax_face.cpu()
-    frame = to_device(render_soft(on_device, size, settings=s), CPU)
+    frame = on_cpu(render_soft(on_device, size, settings=s))
     covered = hard >= 0
     assert int(covered.sum()) > 0.3 * 128 * 128
     for soft_face in (argmax_face, frame.face_index):
