@@ -1,6 +1,7 @@
 """Soft mode within ``memory_budget``: tiles give the same results as one tile (bit for bit forward,
-gradients to 1e-12 in float64), each tile's estimated working set fits the budget, and requests
-that cannot fit raise ``MemoryBudgetError`` before any work."""
+gradients to 1e-12 in float64), each tile's estimated working set fits the budget, requests that
+cannot fit raise ``MemoryBudgetError`` before any work, and gradients do not change from run to
+run with several threads."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def soft(budget: int, **kw) -> RasterSettings:
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """Run on one intra-op thread: the many small tiles here stay quick on a busy machine."""
+    """Run on one intra-op thread: results do not depend on the thread count (the last test
+    checks two), and the many small tiles here stay quick on a busy machine."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -297,3 +299,43 @@ def test_refusal_names_the_budget_that_would_do():
         rasterize_soft(batch, size, soft(1_000))
     need = int(str(err.value).split("at least ")[-1].split(" ")[0])
     assert rasterize_soft(batch, size, soft(need)).face_index.shape == (1, *size, 5)
+
+
+# ---- deterministic gradients with threads ----------------------------------------------------------------
+def big_triangles(dtype, clip: bool) -> tuple[TriangleBatch, list[torch.Tensor]]:
+    """A few large overlapping triangles: every vertex is shared by thousands of K slots, so any
+    accumulation whose order depends on threads would show in its gradient."""
+    g = torch.Generator().manual_seed(1)
+    H = W = 96
+    v = torch.rand(1, 12, 3, generator=g, dtype=torch.float64) * torch.tensor([W * 1.6, H * 1.6, 0.8])
+    v = v - torch.tensor([W * 0.3, H * 0.3, -0.1])
+    if clip:  # the same screen positions in clip space, at w in [1, 2]
+        w = 1.0 + torch.rand(1, 12, 1, generator=g, dtype=torch.float64)
+        ndc = torch.stack((v[..., 0] / W * 2 - 1, 1 - v[..., 1] / H * 2), -1)
+        v = torch.cat((ndc * w, v[..., 2:] * w, w), -1)
+    c = torch.rand(1, 12, 3, generator=g, dtype=torch.float64)
+    return leaves(TriangleBatch(v.to(dtype), torch.arange(12).reshape(4, 3), vertex_colors=c.to(dtype)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("entry,clip", [("render", False), ("render", True), ("rasterize", False)])
+def test_gradients_are_identical_run_to_run_with_threads(dtype, entry, clip):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runs = []
+        for _ in range(4):
+            batch, params = big_triangles(dtype, clip)
+            if entry == "render":
+                frame = py_gpu.render(batch, (96, 96), mode="soft", faces_per_pixel=4, sigma=2.0, gamma=0.05)
+                outs = [frame.image, frame.alpha]
+            else:
+                frags = py_gpu.rasterize(batch, (96, 96), mode="soft", faces_per_pixel=4, sigma=2.0)
+                outs, params = [frags.bary, frags.dist], params[:1]
+            runs.append(torch.autograd.grad(outs, params, upstream(outs)))
+    finally:
+        torch.set_num_threads(previous)
+    assert runs[0][0].abs().max() > 1e-3
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run):
+            assert torch.equal(a, b)

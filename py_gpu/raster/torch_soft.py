@@ -34,8 +34,15 @@ blend inside the same tile loop, so that neither the K-slot tensors nor what the
 backward ever exist for the whole frame. A request that cannot fit raises
 :class:`MemoryBudgetError` before anything is allocated, saying what to change.
 
-Every result is independent of the tiling, the span groups and the chunks: bit for bit in the
-forward pass; gradients are sums over tiles, equal to rounding.
+**Determinism.** Every result is independent of the tiling, the span groups and the chunks (bit
+for bit in the forward pass; gradients are sums over tiles, equal to rounding) and of the number
+of threads (bit for bit). Vertex values are gathered with ``index_select``, whose backward
+(``index_add_``) sums duplicate indices in a fixed order on the CPU. Advanced indexing's backward
+(``index_put_(accumulate=True)``) adds float32 values with atomics when several threads run,
+which made soft-mode gradients differ from run to run in the last bits. Colors go through
+``torch.gather``, whose CPU backward (``scatter_add_``) is ordered as well; tile gradients are
+summed in tile order. On CUDA, ``index_add_`` and ``scatter_add_`` use atomics: call
+``torch.use_deterministic_algorithms(True)`` there for run-to-run identical gradients.
 """
 
 from __future__ import annotations
@@ -518,7 +525,8 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
 
     Returns:
         ``Fragments`` of shape ``[1, rows, cols, K]`` (``screen_bary`` when ``w`` is given). Only the
-        non-empty slots are evaluated.
+        non-empty slots are evaluated. Vertices are gathered with ``index_select``, whose
+        backward sums in a fixed order on the CPU (see the module docstring).
     """
     rows, W, K = face_index.shape
     dtype, device = screen.dtype, screen.device
@@ -529,11 +537,11 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     px = (pixel % W + origin[1]).to(dtype) + 0.5
     py = (pixel // W + origin[0]).to(dtype) + 0.5
     corner = faces.index_select(0, fi).reshape(-1)  # [N*3]
-    tri = screen[corner].view(-1, 3, 3)  # [N, 3, 3]
+    tri = screen.index_select(0, corner).view(-1, 3, 3)  # [N, 3, 3]
     dist_n, lam_n, depth_n = soft_geometry(tri, px, py)
     bary_n = lam_n
     if w is not None:
-        q = lam_n / w[corner].view(-1, 3)  # [N, 3]
+        q = lam_n / w.index_select(0, corner).view(-1, 3)  # [N, 3]
         bary_n = q / q.sum(dim=-1, keepdim=True)
     n_slots = flat.numel()
 
