@@ -22,6 +22,7 @@ DEVICE_TESTS=(
     tests/test_integration.py
     tests/test_interpolate.py
     tests/test_lights.py
+    tests/test_obj_mtl.py
     tests/test_renderer.py
     tests/test_soft.py
     tests/test_texture.py
