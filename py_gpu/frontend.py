@@ -15,6 +15,9 @@ in GL, the reference in plain Python, torch in float64).
 
 from __future__ import annotations
 
+import os
+import threading
+
 import torch
 
 from ._check import PyGpuTypeError, check_rgb, check_size
@@ -30,24 +33,36 @@ from .shading.interpolate import interpolate
 __all__ = ["rasterize", "render", "interpolate", "resolve_backend", "near_clip", "rasterize_batch",
            "render_batch", "render_rgb8"]
 
-_BACKEND_CACHE: dict[tuple, Backend] = {}
+_BACKEND_CACHE: dict[tuple, tuple[int, Backend]] = {}  # (name, device) -> (the process that built it, backend)
+_CACHE_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _CACHE_LOCK
+    _CACHE_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def resolve_backend(where: str, backend, device=None, *, cached: bool = True) -> Backend:
     """A backend instance from a name or an instance.
 
-    Names are built once per name and device and then shared (GL contexts are expensive);
-    ``cached=False`` builds a new instance that the caller owns (the ``Renderer`` does).
+    Names are built once per name and device and then shared (GL contexts are expensive), also
+    between threads (the other backends keep no state between calls; the GL backend takes its
+    calls in turn), but never with a forked child: a child builds its own. ``cached=False``
+    builds a new instance that the caller owns (the ``Renderer`` does).
     """
     if isinstance(backend, str):
         options = {} if device is None else {"device": device}
         if not cached:
             return create_backend(backend, **options)
         key = (backend.strip().lower(), None if device is None else str(device))
-        inst = _BACKEND_CACHE.get(key)
-        if inst is None or getattr(inst, "_released", False):
-            inst = create_backend(backend, **options)
-            _BACKEND_CACHE[key] = inst
+        with _CACHE_LOCK:
+            pid, inst = _BACKEND_CACHE.get(key, (None, None))
+            if inst is None or pid != os.getpid() or getattr(inst, "_released", False):
+                inst = create_backend(backend, **options)
+                _BACKEND_CACHE[key] = (os.getpid(), inst)
         return inst
     for method in ("rasterize", "render_frame", "render_rgb8", "check_settings"):
         if not callable(getattr(backend, method, None)):
@@ -67,8 +82,9 @@ def _batch(where: str, batch) -> TriangleBatch:
 # ---- the one path ------------------------------------------------------------------------------
 def guard_band(size) -> float:
     """The clip-space guard band ``G`` for an ``(H, W)`` image: ``|x|, |y| <= G w`` keeps every screen
-    coordinate within 2**18 px, well inside the exact backends' integer edge-function range."""
-    return max(1.0, float(2**19) / max(size))
+    coordinate within about 2**14 px, where float32 still holds the raster rule's 1/256 px grid
+    exactly, so every backend (OpenGL included) receives the same drawable batch."""
+    return max(1.0, float(2**15) / max(size))
 
 
 def near_clip(batch: TriangleBatch, size) -> ClipResult | None:

@@ -1,5 +1,6 @@
 """Near-plane clipping: piece counts, winding, coverage of the in-front part, perspective-correct
-attributes across the cut, batches cut differently per element, gradients."""
+attributes across the cut, batches cut differently per element, gradients; on every test device
+(the NumPy rasterizer used to look at the result runs on the CPU, its results follow the batch)."""
 
 from __future__ import annotations
 
@@ -8,34 +9,36 @@ import math
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from py_gpu import PyGpuValueError, TriangleBatch
 from py_gpu.backends.cpu import NumpyBackend
 from py_gpu.camera import Camera
 from py_gpu.raster.clip import clip_batch, clip_near
 from py_gpu.settings import RasterSettings
+from helpers import float64_on, on_cpu
+from strategies import clip_depths, fixture_safe_settings
 
 
-def _tri(zs, dtype=torch.float64):
+def _tri(zs, dtype=torch.float64, device=None):
     """One clip-space triangle with the given z per corner (w = 1)."""
     v = torch.tensor([[-0.5, -0.5, zs[0], 1.0], [0.5, -0.5, zs[1], 1.0], [0.0, 0.5, zs[2], 1.0]], dtype=dtype)
-    return TriangleBatch(v[None], torch.tensor([[0, 1, 2]]))
+    return TriangleBatch(v[None].to(device), torch.tensor([[0, 1, 2]], device=device))
 
 
 @pytest.mark.parametrize("zs, pieces", [((0.5, 0.5, 0.5), 1), ((0.5, -0.5, -0.5), 1), ((0.5, 0.5, -0.5), 2),
                                         ((-0.5, -0.5, -0.5), 0), ((0.0, -0.5, -0.5), 1)])
-def test_piece_counts_and_cut_on_plane(zs, pieces):
-    out, face_map = clip_near(_tri(zs))
+def test_piece_counts_and_cut_on_plane(zs, pieces, device, dtype):
+    out, face_map = clip_near(_tri(zs, dtype, device))
+    assert out.vertices.device.type == face_map.device.type == device.type and out.vertices.dtype == dtype
     assert out.num_faces == pieces
     assert face_map.tolist() == [0] * pieces
     used = out.vertices[0, out.faces.reshape(-1)]
-    assert bool((used[:, 2] >= -1e-12).all())
+    assert bool((used[:, 2] >= -(1e-12 if dtype == torch.float64 else 1e-6)).all())
     assert bool((used[:, 3] > 0).all())
 
 
-def test_uncut_batch_is_returned_unchanged():
-    batch = _tri((0.2, 0.3, 0.4))
+def test_uncut_batch_is_returned_unchanged(device):
+    batch = _tri((0.2, 0.3, 0.4), torch.float32, device)
     out, face_map = clip_near(batch)
     assert out is batch
     assert face_map.tolist() == [0]
@@ -58,39 +61,42 @@ def _bary_fraction(d):
     return 1.0 - d[a] / (d[a] - b) * d[a] / (d[a] - c)
 
 
-@given(st.lists(st.floats(-1.0, 1.0).filter(lambda x: abs(x) > 1e-3), min_size=3, max_size=3))
-def test_pieces_tile_the_front_part_and_keep_winding(zs):
-    res = clip_batch(_tri(zs))
-    w = res.weights[0]  # [F', 3, 3]: rows are barycentric coordinates of the piece corners
+@fixture_safe_settings()
+@given(zs=clip_depths())
+def test_pieces_tile_the_front_part_and_keep_winding(device, zs):
+    res = clip_batch(_tri(zs, float64_on(device), device))
+    w = res.weights[0].cpu()  # [F', 3, 3]: rows are barycentric coordinates of the piece corners
     dets = torch.linalg.det(w) if w.shape[0] else torch.zeros(0, dtype=torch.float64)
     assert bool((dets >= -1e-12).all()), "pieces keep the input winding"
     assert dets.sum().item() == pytest.approx(_bary_fraction(zs), abs=1e-9)
 
 
-def test_unused_vertices_behind_camera_are_parked():
-    v = torch.tensor([[[-0.5, -0.5, 0.5, 1.0], [0.5, -0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0], [0.0, 0.0, -1.0, -1.0]]])
-    out, face_map = clip_near(TriangleBatch(v, torch.tensor([[0, 1, 2]])))
+def test_unused_vertices_behind_camera_are_parked(device):
+    v = torch.tensor([[[-0.5, -0.5, 0.5, 1.0], [0.5, -0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0], [0.0, 0.0, -1.0, -1.0]]],
+                     device=device)
+    out, face_map = clip_near(TriangleBatch(v, torch.tensor([[0, 1, 2]], device=device)))
     assert bool((out.vertices[..., 3] > 0).all())
     assert torch.equal(out.vertices[0, :3], v[0, :3])
     assert face_map.tolist() == [0]
 
 
-def test_colors_and_attributes_carried():
-    batch = _tri((0.5, -0.5, 0.5))
-    vcol = torch.eye(3, dtype=torch.float64)[None]
+def test_colors_and_attributes_carried(device, dtype):
+    batch = _tri((0.5, -0.5, 0.5), dtype, device)
+    vcol = torch.eye(3, dtype=dtype, device=device)[None]
     res = clip_batch(TriangleBatch(batch.vertices, batch.faces, vertex_colors=vcol), attributes={"id": vcol * 2})
     out = res.batch
     # every output corner's color is its barycentric weight vector over the input corners
     corners = out.vertex_colors[0, out.faces]  # [F', 3, 3]
     assert torch.allclose(corners, res.weights[0])
     assert torch.allclose(res.attributes["id"][0, out.faces], 2 * res.weights[0])
-    fc = torch.tensor([[[0.1, 0.2, 0.3]]], dtype=torch.float64)
+    assert out.num_faces == 2 and out.vertex_colors.device.type == device.type
+    fc = torch.tensor([[[0.1, 0.2, 0.3]]], dtype=dtype, device=device)
     out2, _ = clip_near(TriangleBatch(batch.vertices, batch.faces, face_colors=fc))
     assert torch.allclose(out2.face_colors, fc.expand(1, out2.num_faces, 3))
 
 
-def _ground(n=4, half=20.0, dtype=torch.float64):
-    """A large ground plane at y = 0, as (positions [V, 3], faces [F, 3])."""
+def _ground(n=4, half=20.0, dtype=torch.float64, device=None):
+    """A large ground plane at y = 0, as (positions [V, 3], faces [F, 3]) on ``device``."""
     t = torch.linspace(-half, half, n + 1, dtype=dtype)
     zz, xx = torch.meshgrid(t, t, indexing="ij")
     pos = torch.stack([xx, torch.zeros_like(xx), zz], -1).reshape(-1, 3)
@@ -98,19 +104,20 @@ def _ground(n=4, half=20.0, dtype=torch.float64):
     i, j = i.reshape(-1), j.reshape(-1)
     a, b, c, d = i * (n + 1) + j, i * (n + 1) + j + 1, (i + 1) * (n + 1) + j + 1, (i + 1) * (n + 1) + j
     faces = torch.cat([torch.stack([a, c, b], 1), torch.stack([a, d, c], 1)])
-    return pos, faces
+    return pos.to(device), faces.to(device)
 
 
-def test_ground_plane_no_holes_and_perspective_correct_positions():
+def test_ground_plane_no_holes_and_perspective_correct_positions(device):
     size = (48, 64)
     pos, faces = _ground()
     cam = Camera.perspective((0.3, 1.0, 2.0), (0.0, 0.0, -5.0), fov_y=70.0, aspect=64 / 48, near=0.1, far=100.0)
     cam = cam.to(dtype=torch.float64)
-    clip = cam.world_to_clip(pos)
-    res = clip_batch(TriangleBatch(clip, faces), attributes={"world": pos[None]})
-    assert res.num_clipped > 0
+    clip = cam.world_to_clip(pos).to(device, float64_on(device))
+    res = clip_batch(TriangleBatch(clip, faces.to(device)), attributes={"world": pos[None].to(device)})
+    assert res.num_clipped > 0 and res.batch.device.type == device.type
     frags = NumpyBackend().rasterize(res.batch, size, settings=RasterSettings())
-    un = res.unclip(frags)
+    un = on_cpu(res.unclip(frags))
+    frags = on_cpu(frags)
     face = un.face_index[0, ..., 0]
     # every pixel below the horizon sees the ground: the horizon row is where the view ray is level
     rows = torch.arange(size[0], dtype=torch.float64) + 0.5
@@ -135,17 +142,19 @@ def test_ground_plane_no_holes_and_perspective_correct_positions():
     err = (world - expected).norm(dim=-1)[inside]
     assert float(err.max()) < 1e-6 * 20
     # the same through the carried attribute, with the clipped batch's own barycentrics
-    carried = res.attributes["world"][0, res.batch.faces[frags.face_index[0, ..., 0].clamp(min=0)]]
+    carried = res.attributes["world"].cpu()[0, res.batch.faces.cpu()[frags.face_index[0, ..., 0].clamp(min=0)]]
     world2 = (frags.bary[0, ..., 0, :, None] * carried).sum(-2)
     assert float((world2 - expected).norm(dim=-1)[inside].max()) < 1e-6 * 20
 
 
-def test_batch_elements_cut_differently_match_single_renders():
-    pos, faces = _ground(n=3)
-    eyes = torch.tensor([[0.0, 1.0, 30.0], [0.0, 0.5, 1.0]], dtype=torch.float64)  # far away / standing on it
-    cam = Camera.perspective(eyes, torch.tensor([0.0, 0.0, -3.0], dtype=torch.float64), fov_y=60.0)
+def test_batch_elements_cut_differently_match_single_renders(device):
+    f64 = float64_on(device)
+    pos, faces = _ground(n=3, dtype=f64, device=device)
+    eyes = torch.tensor([[0.0, 1.0, 30.0], [0.0, 0.5, 1.0]], dtype=f64, device=device)  # far away / standing on it
+    cam = Camera.perspective(eyes, torch.tensor([0.0, 0.0, -3.0], dtype=f64, device=device), fov_y=60.0)
     clip = cam.world_to_clip(pos)
-    colors = torch.rand(1, pos.shape[0], 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert clip.device.type == device.type
+    colors = torch.rand(1, pos.shape[0], 3, generator=torch.Generator().manual_seed(0), dtype=f64).to(device)
     out, fmap = clip_near(TriangleBatch(clip, faces, vertex_colors=colors))
     backend = NumpyBackend()
     both = backend.render_frame(out, (32, 32))
@@ -159,11 +168,12 @@ def test_batch_elements_cut_differently_match_single_renders():
         assert torch.allclose(both.image[b], one.image[0], atol=1e-9)
 
 
-def test_clip_gradcheck():
-    v = torch.tensor([[[-0.5, -0.4, 0.6, 1.2], [0.6, -0.5, -0.3, 0.9], [0.1, 0.7, -0.4, 1.1]]], dtype=torch.float64,
-                     requires_grad=True)
-    faces = torch.tensor([[0, 1, 2]])
-    col = torch.rand(1, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+def test_clip_gradcheck(device):
+    f64 = float64_on(device)
+    v = torch.tensor([[[-0.5, -0.4, 0.6, 1.2], [0.6, -0.5, -0.3, 0.9], [0.1, 0.7, -0.4, 1.1]]], dtype=f64,
+                     device=device, requires_grad=True)
+    faces = torch.tensor([[0, 1, 2]], device=device)
+    col = torch.rand(1, 3, 3, dtype=f64, generator=torch.Generator().manual_seed(1)).to(device).requires_grad_(True)
 
     def f(v, col):
         out, _ = clip_near(TriangleBatch(v, faces, vertex_colors=col))
@@ -172,13 +182,14 @@ def test_clip_gradcheck():
     assert torch.autograd.gradcheck(f, (v, col))
 
 
-def test_bad_input():
+def test_bad_input(device):
+    on = dict(device=device)
     with pytest.raises(PyGpuValueError):
-        clip_near(TriangleBatch(torch.zeros(1, 3, 3), torch.tensor([[0, 1, 2]])))
+        clip_near(TriangleBatch(torch.zeros(1, 3, 3, **on), torch.tensor([[0, 1, 2]], **on)))
     with pytest.raises(PyGpuValueError):
-        clip_near(_tri((0.5, 0.5, 0.5)), plane="nope")
-    bad = TriangleBatch(torch.tensor([[[0.0, 0.0, 0.5, -1.0], [1.0, 0.0, 0.5, -1.0], [0.0, 1.0, 0.5, -1.0]]]),
-                        torch.tensor([[0, 1, 2]]))
+        clip_near(_tri((0.5, 0.5, 0.5), torch.float32, device), plane="nope")
+    bad = TriangleBatch(torch.tensor([[[0.0, 0.0, 0.5, -1.0], [1.0, 0.0, 0.5, -1.0], [0.0, 1.0, 0.5, -1.0]]], **on),
+                        torch.tensor([[0, 1, 2]], **on))
     with pytest.raises(PyGpuValueError, match="w <= 0"):
         clip_near(bad)
     out, _ = clip_near(bad, plane="w")

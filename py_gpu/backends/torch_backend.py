@@ -24,7 +24,7 @@ from ..image import quantize
 from ..raster.torch_hard import compute_dtype, rasterize_face_index, rasterize_hard, rasterize_hard_exact
 from ..raster.torch_soft import rasterize_soft
 from ..settings import BlendSettings, RasterSettings
-from ..shading.composite import background_tensor, shade_hard
+from ..shading.composite import background_tensor, render_soft_frame, shade_hard
 from .base import Backend, BackendCapabilities
 from .registry import register_backend
 
@@ -77,9 +77,9 @@ class TorchBackend(Backend):
         return rasterize_hard(batch, size, settings)
 
     def _frame(self, batch: TriangleBatch, size, background, settings: RasterSettings, blend: BlendSettings) -> Frame:
-        if settings.mode == "soft":
-            return super()._frame(batch, size, background, settings, blend)
         batch, settings = self._prepare(batch, settings)
+        if settings.mode == "soft":  # rasterized and blended tile by tile, within the memory budget
+            return render_soft_frame(batch, size, background, settings, blend)
         # shaded from float64 barycentrics, as the reference does, and kept in float64: rounding
         # the image to float32 would move colors that sit exactly on an 8-bit rounding boundary
         return shade_hard(batch, rasterize_hard_exact(batch, size, settings), background)

@@ -7,26 +7,49 @@ squared distance (px^2) from the pixel center to the triangle's boundary, positi
 negative outside. A face is kept for a pixel when ``D >= cutoff``, i.e. ``dist >= -r^2`` with the
 blur radius ``r = sqrt(sigma * ln(1/cutoff - 1))`` (``RasterSettings.blur_radius``).
 
-Algorithm (:func:`rasterize_soft`), per batch element:
+Algorithm (:func:`rasterize_soft`). The image is cut into **tiles**: bands of whole pixel rows of
+one batch element, or pieces of one row when a whole row does not fit, sized so that one tile's
+working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
 
-1. **Bin.** Each face's bounding box, grown by ``r`` and clipped to the image, is cut into
+1. **Bin.** Each face's bounding box, grown by ``r`` and clipped to the tile, is cut into
    ``(face, row)`` spans. A face enters only the pixels its blur radius can reach, never the whole
    frame, so the work grows with (faces x pixels inside their blur radius), not ``F * H * W``.
-2. **Chunk.** Spans are sorted by width and grouped into chunks that fit
-   ``settings.memory_budget``; each chunk is evaluated as a dense ``[spans, width]`` block.
+2. **Chunk.** Spans are sorted by width and grouped into chunks of at most ``plan.max_frags``
+   candidate fragments; each chunk is evaluated as a dense ``[spans, width]`` block.
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
-   and the first K are merged into a running per-pixel top-K buffer.
-4. **Recompute.** The winners' distance, barycentrics and depth are recomputed once more with
-   autograd on, only for the ``[B, H, W, K]`` kept slots. Nothing of size ``F * H * W`` (or even
-   of the candidate count) is kept for the backward pass.
+   and the first K are merged into the tile's running per-pixel top-K buffer.
+4. **Recompute.** The winners' distance, barycentrics and depth are evaluated once more, only for
+   the tile's non-empty K slots (:func:`gather_tile`).
 
 Steps 1-3 run without gradients: which faces are kept is a discrete choice. All gradients flow
 through step 4, to the vertex positions (x, y, depth, and w for clip-space input).
+
+**Memory.** :class:`TileLoop` runs the tiles and writes each tile's results into the returned
+whole-frame tensors, which are the output and come on top of the budget (up to
+``RETURNED_PER_BUDGET`` times it). When what autograd saves for all tiles together fits the
+budget, the tiles simply run with autograd on. Otherwise autograd keeps nothing per tile: the
+backward pass evaluates one tile at a time again, with autograd on, from the selected face
+indices (the returned ``face_index``). Soft rendering (:mod:`py_gpu.shading.composite`) runs its
+blend inside the same tile loop, so that neither the K-slot tensors nor what their blend saves for
+backward ever exist for the whole frame. A request that cannot fit raises
+:class:`MemoryBudgetError` before anything is allocated, saying what to change.
+
+**Determinism.** Every result is independent of the tiling, the span groups and the chunks (bit
+for bit in the forward pass; gradients are sums over tiles, equal to rounding) and of the number
+of threads (bit for bit). Vertex values are gathered with ``index_select``, whose backward
+(``index_add_``) sums duplicate indices in a fixed order on the CPU. Advanced indexing's backward
+(``index_put_(accumulate=True)``) adds float32 values with atomics when several threads run,
+which made soft-mode gradients differ from run to run in the last bits. Colors go through
+``torch.gather``, whose CPU backward (``scatter_add_``) is ordered as well; tile gradients are
+summed in tile order. On CUDA, ``index_add_`` and ``scatter_add_`` use atomics: call
+``torch.use_deterministic_algorithms(True)`` there for run-to-run identical gradients.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 
@@ -34,7 +57,8 @@ from .._check import MemoryBudgetError, PyGpuTypeError, check_size
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
 
-__all__ = ["rasterize_soft", "soft_geometry", "faces_kept"]
+__all__ = ["rasterize_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles", "FaceSelector", "TileLoop",
+           "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor):
@@ -89,7 +113,11 @@ def faces_kept(screen: torch.Tensor, faces: torch.Tensor, cull_backfaces: bool) 
     ``screen`` is float ``[B, V, 3]``; culling drops faces with positive area in the raster rule's
     edge function (clockwise with y down), as the hard rasterizers do.
     """
-    tri = screen[:, faces]  # [B, F, 3, 3]
+    return _kept(screen[:, faces], cull_backfaces)
+
+
+def _kept(tri: torch.Tensor, cull_backfaces: bool) -> torch.Tensor:
+    """bool ``[...]`` :func:`faces_kept` of triangles ``[..., 3, 3]``."""
     x, y = tri[..., 0], tri[..., 1]
     area = (x[..., 1] - x[..., 0]) * (y[..., 2] - y[..., 0]) - (y[..., 1] - y[..., 0]) * (x[..., 2] - x[..., 0])
     keep = area != 0
@@ -98,12 +126,176 @@ def faces_kept(screen: torch.Tensor, faces: torch.Tensor, cull_backfaces: bool) 
     return keep
 
 
+# ---- memory budget ----------------------------------------------------------------------------
+#: The tensors a call returns may take up to this many times ``memory_budget``, on top of it;
+#: a larger request is refused as a mistake (it would take the machine's memory, not a budget).
+RETURNED_PER_BUDGET = 8
+
+
+def _item(dtype: torch.dtype) -> int:
+    return torch.finfo(dtype).bits // 8
+
+
+def _face_bytes(dtype: torch.dtype) -> int:
+    """Bytes per face of one batch element's face table (corners, grown boxes, row and column
+    ranges, and their temporaries while it is built), kept while that element's tiles run, and
+    of a tile's per-face span counts."""
+    return 24 * _item(dtype) + 96
+
+
+#: The selected face indices are kept for the backward pass when they take at most
+#: ``1 / KEEP_SHARE`` of the budget; otherwise the backward pass selects them again.
+KEEP_SHARE = 4
+#: Bytes per ``(face, row)`` span of a group of spans in step 1: face, row, first column, width,
+#: the sort by width (tensor and list) and the temporaries that build them.
+_SPAN_BYTES = 160
+
+
 def _bytes_per_fragment(dtype: torch.dtype) -> int:
     """Working bytes one candidate fragment takes in step 2 (about 40 live temporaries)."""
-    item = torch.finfo(dtype).bits // 8
-    return 40 * item + 32
+    return 40 * _item(dtype) + 32
 
 
+def _select_bytes_per_slot(dtype: torch.dtype) -> int:
+    """Bytes per K slot of a tile in step 3: the running top-K (depth, face) and the merge of a
+    chunk's candidates with it (``[pixels, 2K]`` keys, sort indices and gathered copies)."""
+    return 8 * _item(dtype) + 136
+
+
+def gather_bytes_per_slot(dtype: torch.dtype, clip_space: bool) -> int:
+    """Bytes per K slot of a tile in step 4 with autograd on, and its backward pass: the
+    per-fragment geometry (about 60 temporaries saved for backward, and their gradients), the
+    scattered ``[rows, W, K]`` results and the slot and vertex indices. Measured (every slot
+    filled, forward and backward): about 880 B in float32 and 1,560 B in float64."""
+    return (165 + (30 if clip_space else 0)) * _item(dtype) + 200
+
+
+@dataclass(frozen=True)
+class SoftPlan:
+    """How one soft-mode call is cut into tiles whose working set fits ``memory_budget``.
+
+    Attributes:
+        tiles: ``(b, r0, r1, c0, c1)`` for each tile, in order: pixels ``r0 <= row < r1``,
+            ``c0 <= col < c1`` of batch element ``b``. Whole rows (``c0 = 0``, ``c1 = W``) when one
+            row fits, else pieces of one row.
+        faces_per_pixel: K.
+        max_frags: candidate fragments per span chunk of the selection (0 without selection).
+        max_spans: ``(face, row)`` spans expanded at once in the selection (0 without selection).
+        direct: what autograd saves for every tile together fits the budget (it is counted in
+            ``fixed``): tiles then run with autograd on, and the backward pass is autograd's own.
+        keep_index: the selected face indices of every tile are kept for the backward pass
+            (``keep_bytes`` of them); otherwise the backward pass selects again.
+        budget: ``memory_budget``, bytes.
+        fixed: bytes held for the whole call (one element's face table, the kept indices).
+        slot_bytes: the tile function's bytes per K slot (forward with autograd, and backward).
+        select_bytes: the selection's bytes per K slot (0 without selection).
+        fragment_bytes: bytes per candidate fragment of a span chunk.
+        returned: bytes of the tensors the call returns (on top of the budget).
+    """
+
+    tiles: tuple[tuple[int, int, int, int, int], ...]
+    faces_per_pixel: int
+    max_frags: int
+    max_spans: int
+    direct: bool
+    keep_index: bool
+    keep_bytes: int
+    budget: int
+    fixed: int
+    slot_bytes: int
+    select_bytes: int
+    fragment_bytes: int
+    returned: int
+
+    def working_set(self, tile: tuple[int, int, int, int, int]) -> int:
+        """Estimated peak bytes while ``tile`` runs (the returned tensors aside): the fixed part,
+        the tile's face indices (int64) and the larger of the selection (K-slot buffers, one group
+        of spans and one chunk of candidates) and the tile function."""
+        _, r0, r1, c0, c1 = tile
+        slots = (r1 - r0) * (c1 - c0) * self.faces_per_pixel
+        select = 0
+        if self.select_bytes:
+            select = slots * self.select_bytes + self.max_frags * self.fragment_bytes + self.max_spans * _SPAN_BYTES
+        return self.fixed + slots * 8 + max(select, slots * self.slot_bytes)
+
+
+def plan_tiles(where: str, *, batch: int, size: tuple[int, int], faces: int, faces_per_pixel: int,
+               dtype: torch.dtype, budget: int, slot_bytes: int, returned: int, select: bool = True,
+               keep_bytes: int = 0) -> SoftPlan:
+    """Cut a ``batch x H x W`` soft-mode call into tiles that fit ``budget``: bands of rows, or
+    pieces of a row when one row does not fit.
+
+    Args:
+        where: the public function's name, for messages.
+        slot_bytes: the tile function's working bytes per K slot (see :meth:`SoftPlan.working_set`).
+        returned: bytes of the tensors the call returns; at most ``RETURNED_PER_BUDGET * budget``.
+        select: whether tiles select their faces (:class:`FaceSelector`); else the face indices
+            are given (shading existing fragments).
+        keep_bytes: bytes to keep every tile's selected face indices for the backward pass; kept
+            when they take at most ``1 / KEEP_SHARE`` of the budget, else selected again in backward.
+
+    Raises:
+        MemoryBudgetError: the returned tensors alone exceed ``RETURNED_PER_BUDGET * budget``, or
+            the work of one pixel (its K slots, and the face table) does not fit; the message says
+            what to change. Nothing has been allocated yet.
+    """
+    height, width = size
+    K = faces_per_pixel
+    keep = 0 < keep_bytes <= budget // KEEP_SHARE
+    select_bytes = _select_bytes_per_slot(dtype) if select else 0
+    frag = _bytes_per_fragment(dtype)
+    face_bytes = faces * _face_bytes(dtype) if select else 0
+    fixed = face_bytes + (keep_bytes if keep else 0)
+    tile_px = K * (8 + slot_bytes)  # per pixel of a tile, in the tile function
+    select_px = K * (8 + select_bytes) + (frag + _SPAN_BYTES if select else 0)  # with >= 1 candidate and span
+    need = face_bytes + max(tile_px, select_px)
+    least = max(need, -(-returned // RETURNED_PER_BUDGET))
+    if budget < least:
+        why = []
+        if returned > RETURNED_PER_BUDGET * budget:
+            why.append(f"the returned tensors would take {_fmt(returned)} ({batch} x {height} x {width} pixels, "
+                       f"faces_per_pixel={K}), more than {RETURNED_PER_BUDGET} x memory_budget")
+        if budget < need:
+            why.append(f"the work of one pixel with faces_per_pixel={K} needs {need} bytes ({max(tile_px, select_px)} "
+                       f"per pixel" + (f", {face_bytes} for the table of {faces} faces" if select else "") + ")")
+        raise MemoryBudgetError(
+            f"{where}: memory_budget={budget} bytes is too small: {'; and '.join(why)}; raise memory_budget to "
+            f"at least {least} bytes, lower faces_per_pixel, or render a smaller size or fewer images per call"
+        )
+    state = batch * height * width * tile_px  # what autograd saves when every tile runs with it on
+    direct = state <= (budget - face_bytes) // 2
+    if direct:  # held for the whole call; tiles work in the rest
+        keep, fixed = False, face_bytes + state
+    elif budget < fixed + max(tile_px, select_px):  # no room to keep the indices
+        keep, fixed = False, face_bytes
+    work = budget - fixed
+    pixels = work // tile_px
+    if select:  # about half for the K-slot buffers, the rest for spans and chunks of candidates
+        pixels = min(pixels, max(1, work // (2 * select_px)))
+    pixels = max(1, pixels)
+    if pixels >= width:  # bands of whole rows, of equal height
+        rows = min(height, pixels // width)
+        rows = -(-height // -(-height // rows))
+        cols = width
+    else:  # pieces of one row, of equal width
+        rows = 1
+        cols = -(-width // -(-width // pixels))
+    max_frags = max_spans = 0
+    if select:  # what the K-slot buffers leave: a quarter for spans, the rest for candidates
+        left = work - rows * cols * K * (8 + select_bytes)
+        max_spans = max(rows, left // 4 // _SPAN_BYTES)
+        max_frags = max(cols, (left - max_spans * _SPAN_BYTES) // frag)
+    tiles = tuple((b, r0, min(height, r0 + rows), c0, min(width, c0 + cols))
+                  for b in range(batch) for r0 in range(0, height, rows) for c0 in range(0, width, cols))
+    return SoftPlan(tiles, K, max_frags, max_spans, direct, keep, keep_bytes if keep else 0, budget, fixed, slot_bytes,
+                    select_bytes, frag, returned)
+
+
+def _fmt(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+# ---- the call ---------------------------------------------------------------------------------
 def rasterize_soft(batch: TriangleBatch, size, settings: RasterSettings | None = None) -> Fragments:
     """Soft-rasterize ``batch`` at ``size = (H, W)``.
 
@@ -119,10 +311,12 @@ def rasterize_soft(batch: TriangleBatch, size, settings: RasterSettings | None =
         (clamped as in :func:`soft_geometry`, then perspective-correct for clip-space input),
         ``depth`` ``[B, H, W, K]`` (+inf where empty), ``dist`` ``[B, H, W, K]`` signed squared
         distance in px^2 (0 where empty), and ``screen_bary`` for clip-space input.
-        Float tensors are differentiable with respect to ``batch.vertices``.
+        Float tensors are differentiable with respect to ``batch.vertices``. The work runs in
+        tiles that fit ``settings.memory_budget``; the returned tensors come on top of it.
 
     Raises:
-        MemoryBudgetError: when ``settings.memory_budget`` cannot hold one row of fragments.
+        MemoryBudgetError: the returned fragments exceed ``RETURNED_PER_BUDGET`` times
+            ``settings.memory_budget``, or the budget cannot hold the work of one pixel.
     """
     where = "rasterize_soft"
     if not isinstance(batch, TriangleBatch):
@@ -131,77 +325,148 @@ def rasterize_soft(batch: TriangleBatch, size, settings: RasterSettings | None =
     s = settings if settings is not None else RasterSettings(mode="soft")
     if not isinstance(s, RasterSettings):
         raise PyGpuTypeError(f"{where}: `settings` must be a RasterSettings, got {type(s).__name__}")
+    B, K, dtype, clip = batch.batch_size, s.faces_per_pixel, batch.dtype, batch.is_clip_space
+    floats = 5 + (3 if clip else 0)  # bary, depth, dist (and screen_bary) per slot
+    plan = plan_tiles(where, batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=K, dtype=dtype,
+                      budget=s.memory_budget, slot_bytes=gather_bytes_per_slot(dtype, clip),
+                      returned=B * height * width * K * (8 + floats * _item(dtype)))
     screen = batch.screen_vertices((height, width))  # [B, V, 3], differentiable
-    face_index = select_faces(screen.detach(), batch.faces, (height, width), s)  # [B, H, W, K]
-    return gather_fragments(batch, screen, face_index)
+    w = batch.vertices[..., 3] if clip else None  # [B, V]
+    faces = batch.faces
+
+    def tile(t: tuple, fi: torch.Tensor, scr: torch.Tensor, wb: torch.Tensor | None):
+        fr = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
+        return (fr.bary, fr.depth, fr.dist) + ((fr.screen_bary,) if clip else ())
+
+    dev = batch.device
+    shape = (B, height, width, K)
+    outputs = [torch.empty(*shape, 3, dtype=dtype, device=dev), torch.empty(shape, dtype=dtype, device=dev),
+               torch.empty(shape, dtype=dtype, device=dev)]
+    if clip:
+        outputs.append(torch.empty(*shape, 3, dtype=dtype, device=dev))
+    face_index = torch.empty(shape, dtype=torch.int64, device=dev)
+    select = FaceSelector(screen.detach(), faces, (height, width), s, plan)
+    out = TileLoop(plan, select, tile, outputs, index_out=face_index)(screen, w)
+    return Fragments(face_index, out[0], out[1], out[2], out[3] if clip else None)
 
 
-def select_faces(screen: torch.Tensor, faces: torch.Tensor, size: tuple[int, int], s: RasterSettings) -> torch.Tensor:
-    """int64 ``[B, H, W, K]``: per pixel the K nearest faces (by depth, then face index) whose
-    blurred footprint reaches it; -1 padded. Steps 1-3 of the module docstring; no gradients."""
-    height, width = size
-    B = screen.shape[0]
-    K = s.faces_per_pixel
-    out = torch.full((B, height * width, K), -1, dtype=torch.int64, device=screen.device)
-    if faces.shape[0] == 0:
-        return out.reshape(B, height, width, K)
-    max_frags = s.memory_budget // _bytes_per_fragment(screen.dtype)
-    if max_frags < width:
-        raise MemoryBudgetError(
-            f"rasterize_soft: memory_budget={s.memory_budget} bytes cannot hold one row of {width} fragments; "
-            f"raise memory_budget to at least {width * _bytes_per_fragment(screen.dtype)}"
-        )
-    keep = faces_kept(screen, faces, s.cull_backfaces)  # [B, F]
-    with torch.no_grad():
-        for b in range(B):
-            _select_element(screen[b], faces, keep[b], height, width, s, max_frags, out[b])
-    return out.reshape(B, height, width, K)
+# ---- steps 1-3: selection (no autograd) -----------------------------------------------------------
+class FaceSelector:
+    """Selects, tile by tile, the K nearest faces (by depth, then face index) whose blurred
+    footprint reaches each pixel: steps 1-3 of the module docstring, without gradients.
 
+    ``selector((b, r0, r1, c0, c1))`` returns int64 ``[r1 - r0, c1 - c0, K]`` face indices (-1
+    padded) for the pixels ``r0 <= row < r1``, ``c0 <= col < c1`` of batch element ``b``. One
+    element's face table is built when its first tile comes and kept until another element's
+    tile comes (tiles come element by element).
 
-def _select_element(verts, faces, keep, height, width, s: RasterSettings, max_frags: int, out: torch.Tensor) -> None:
-    """Fill ``out`` (int64 ``[H*W, K]``) for one batch element. ``verts``: float ``[V, 3]``."""
-    device, dtype = verts.device, verts.dtype
-    K = s.faces_per_pixel
-    radius = s.blur_radius
-    reach = -(radius * radius)  # keep fragments with dist >= reach (D >= cutoff)
-    tri = verts[faces]  # [F, 3, 3]
-    # 1. bin: pixel rows/cols whose centers lie within the grown bounding box
-    lo = tri[..., :2].amin(dim=1) - radius  # [F, 2]
-    hi = tri[..., :2].amax(dim=1) + radius
-    c0 = torch.ceil(lo[:, 0] - 0.5).clamp(min=0).long()
-    c1 = torch.floor(hi[:, 0] - 0.5).clamp(max=width - 1).long()
-    r0 = torch.ceil(lo[:, 1] - 0.5).clamp(min=0).long()
-    r1 = torch.floor(hi[:, 1] - 0.5).clamp(max=height - 1).long()
-    live = keep & (c0 <= c1) & (r0 <= r1)
-    face_ids = torch.nonzero(live).squeeze(1)  # [F_live]
-    if face_ids.numel() == 0:
-        return
-    n_rows = (r1 - r0 + 1)[face_ids]
-    span_face = torch.repeat_interleave(face_ids, n_rows)  # [S] (face, row) spans, face order
-    first = torch.cumsum(n_rows, 0) - n_rows
-    span_row = r0[span_face] + (torch.arange(span_face.numel(), device=device) - torch.repeat_interleave(first, n_rows))
-    span_c0 = c0[span_face]
-    span_w = (c1 - c0 + 1)[span_face]
-    # 2. chunk: spans sorted by width, so each dense [spans, width] block wastes little
-    order = torch.sort(span_w, stable=True).indices
-    widths = span_w[order].tolist()
-    n_spans = len(widths)
-    best_depth = torch.full((height * width, K), math.inf, dtype=dtype, device=device)
-    best_face = out  # [H*W, K], filled in place
-    start = 0
-    while start < n_spans:
-        stop = min(n_spans, start + max(1, max_frags // widths[start]))
-        while stop - start > 1 and (stop - start) * widths[stop - 1] > max_frags:
-            stop = start + max(1, max_frags // widths[stop - 1])
-        ids = torch.sort(order[start:stop]).values  # back to (face, row) order
-        _chunk(tri, span_face[ids], span_row[ids], span_c0[ids], span_w[ids], widths[stop - 1],
-               width, reach, K, best_depth, best_face)
-        start = stop
+    Args:
+        screen: float ``[B, V, 3]`` detached screen-space vertices.
+        faces: int64 ``[F, 3]``.
+        size: ``(H, W)``.
+        settings: ``RasterSettings`` (``faces_per_pixel``, ``blur_radius``, ``cull_backfaces``).
+        plan: the ``SoftPlan`` (its ``max_frags`` caps each span chunk).
+    """
+
+    def __init__(self, screen: torch.Tensor, faces: torch.Tensor, size: tuple[int, int], settings: RasterSettings,
+                 plan: SoftPlan):
+        self.screen, self.faces, self.size, self.settings, self.plan = screen, faces, size, settings, plan
+        self._element: tuple[int, tuple] | None = None
+
+    def release(self) -> None:
+        """Drop the cached face table."""
+        self._element = None
+
+    def _table(self, b: int):
+        if self._element is None or self._element[0] != b:
+            self._element = None
+            self._element = (b, self._build(b))
+        return self._element[1]
+
+    @torch.no_grad()
+    def _build(self, b: int):
+        """Live faces of element ``b`` (nonzero area, not culled, blur box on screen), in face
+        order, with their corners ``[n, 3, 3]`` and pixel ranges (int64 ``[n]`` each)."""
+        height, width = self.size
+        radius = self.settings.blur_radius
+        verts = self.screen[b]  # [V, 3]
+        F = self.faces.shape[0]
+        tri = verts.index_select(0, self.faces.reshape(-1)).view(F, 3, 3)  # [F, 3, 3]
+        keep = _kept(tri, self.settings.cull_backfaces)
+        lo = tri[..., :2].amin(dim=1) - radius  # [F, 2]
+        hi = tri[..., :2].amax(dim=1) + radius
+        c0 = torch.ceil(lo[:, 0] - 0.5).clamp(min=0).long()
+        c1 = torch.floor(hi[:, 0] - 0.5).clamp(max=width - 1).long()
+        r0 = torch.ceil(lo[:, 1] - 0.5).clamp(min=0).long()
+        r1 = torch.floor(hi[:, 1] - 0.5).clamp(max=height - 1).long()
+        live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids, ascending
+        return tri, live, r0[live], r1[live], c0[live], c1[live]
+
+    @torch.no_grad()
+    def __call__(self, tile: tuple[int, int, int, int, int]) -> torch.Tensor:
+        b, row0, row1, col0, col1 = tile
+        s = self.settings
+        K = s.faces_per_pixel
+        device = self.screen.device
+        rows, width = row1 - row0, col1 - col0
+        best_face = torch.full((rows * width, K), -1, dtype=torch.int64, device=device)
+        if self.faces.shape[0] == 0:
+            return best_face.view(rows, width, K)
+        tri, live, f_r0, f_r1, f_c0, f_c1 = self._table(b)
+        # 1. bin: the live faces whose grown box reaches the tile; their spans are cut in _group
+        near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
+        if near.numel() == 0:
+            return best_face.view(rows, width, K)
+        top = f_r0[near].clamp(min=row0)
+        n_rows = f_r1[near].clamp(max=row1 - 1) - top + 1
+        left = f_c0[near].clamp(min=col0)
+        n_cols = f_c1[near].clamp(max=col1 - 1) - left + 1
+        face = live[near]
+        best_depth = torch.full((rows * width, K), math.inf, dtype=tri.dtype, device=device)
+        reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
+        # groups of faces (in face order) with at most max_spans spans each; a face has <= rows spans
+        ends = torch.cumsum(n_rows, 0)
+        lo, n = 0, face.numel()
+        while lo < n:
+            done = int(ends[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
+            self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi], (row0, col0),
+                        width, reach, best_depth, best_face)
+            lo = hi
+        return best_face.view(rows, width, K)
+
+    def _group(self, tri, face, top, n_rows, left, n_cols, origin, width, reach, best_depth, best_face) -> None:
+        """Steps 1-3 for a group of faces reaching a tile: expand them into ``(face, row)`` spans,
+        evaluate the spans in chunks of at most ``plan.max_frags`` candidates, merge into ``best_*``."""
+        device = face.device
+        K = self.settings.faces_per_pixel
+        span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, in face order
+        first = torch.cumsum(n_rows, 0) - n_rows
+        offset = torch.arange(span_face.numel(), device=device) - torch.repeat_interleave(first, n_rows)
+        span_row = torch.repeat_interleave(top, n_rows) + offset
+        span_c0 = torch.repeat_interleave(left, n_rows)
+        span_w = torch.repeat_interleave(n_cols, n_rows)
+        del first, offset
+        # 2. chunk: spans sorted by width, so each dense [spans, width] block wastes little
+        order = torch.sort(span_w, stable=True).indices
+        widths = span_w[order].tolist()
+        n_spans = len(widths)
+        max_frags = self.plan.max_frags
+        start = 0
+        while start < n_spans:
+            stop = min(n_spans, start + max(1, max_frags // widths[start]))
+            while stop - start > 1 and (stop - start) * widths[stop - 1] > max_frags:
+                stop = start + max(1, max_frags // widths[stop - 1])
+            ids = torch.sort(order[start:stop]).values  # back to (face, row) order
+            _chunk(tri, span_face[ids], span_row[ids], span_c0[ids], span_w[ids], widths[stop - 1],
+                   width, reach, K, best_depth, best_face, origin)
+            start = stop
 
 
 def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K: int,
-           best_depth: torch.Tensor, best_face: torch.Tensor) -> None:
-    """Evaluate one chunk of spans densely and merge its per-pixel top-K into ``best_*``."""
+           best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0)) -> None:
+    """Evaluate one chunk of spans densely and merge its per-pixel top-K into ``best_*``, the
+    ``[rows * width, K]`` buffers of the tile whose top-left pixel is ``origin = (row, col)``."""
     device, dtype = tri.device, tri.dtype
     offs = torch.arange(wmax, device=device)  # [Wmax]
     cols = col0[:, None] + offs[None, :]  # [S, Wmax]
@@ -209,7 +474,7 @@ def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K:
     py = (row.to(dtype) + 0.5)[:, None]  # [S, 1]
     dist, _, depth = soft_geometry(tri[face][:, None], px, py)  # [S, Wmax]
     ok = (offs[None, :] < span_w[:, None]) & (dist >= reach)
-    pix = (row[:, None] * width + cols)[ok]  # [N] in face order
+    pix = ((row - origin[0])[:, None] * width + (cols - origin[1]))[ok]  # [N] tile pixels, in face order
     fid = face[:, None].expand_as(cols)[ok]
     z = depth[ok]
     del dist, depth, px, cols
@@ -246,42 +511,219 @@ def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K:
     best_face[touched] = all_f.gather(1, o)
 
 
-def gather_fragments(batch: TriangleBatch, screen: torch.Tensor, face_index: torch.Tensor) -> Fragments:
-    """Step 4: differentiable distance, barycentrics and depth for the chosen ``face_index``.
+# ---- step 4: differentiable fragments ---------------------------------------------------------------
+def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, face_index: torch.Tensor,
+                origin: tuple[int, int]) -> Fragments:
+    """Step 4 for one tile: differentiable distance, barycentrics and depth of its chosen faces.
 
-    ``screen``: float ``[B, V, 3]`` (with autograd history); ``face_index``: int64 ``[B, H, W, K]``.
-    Only the non-empty slots are evaluated.
+    Args:
+        screen: float ``[V, 3]`` screen-space vertices of the tile's batch element (with autograd).
+        w: float ``[V]`` clip-space ``w`` of those vertices, or None for screen-space input.
+        faces: int64 ``[F, 3]``.
+        face_index: int64 ``[rows, cols, K]``, the tile's faces (-1 where empty).
+        origin: ``(row, col)`` of the tile's top-left pixel.
+
+    Returns:
+        ``Fragments`` of shape ``[1, rows, cols, K]`` (``screen_bary`` when ``w`` is given). Only the
+        non-empty slots are evaluated. Vertices are gathered with ``index_select``, whose
+        backward sums in a fixed order on the CPU (see the module docstring).
     """
-    B, H, W, K = face_index.shape
+    rows, W, K = face_index.shape
     dtype, device = screen.dtype, screen.device
-    flat = face_index.reshape(B, -1)  # [B, H*W*K]
-    bi, si = torch.nonzero(flat >= 0, as_tuple=True)  # [N] batch, slot
-    fi = flat[bi, si]
+    flat = face_index.reshape(-1)  # [rows*W*K]
+    si = torch.nonzero(flat >= 0).squeeze(1)  # [N] slots
+    fi = flat.index_select(0, si)
     pixel = si // K
-    px = (pixel % W).to(dtype) + 0.5
-    py = (pixel // W).to(dtype) + 0.5
-    corner = batch.faces[fi]  # [N, 3]
-    tri = screen[bi[:, None], corner]  # [N, 3, 3]
+    px = (pixel % W + origin[1]).to(dtype) + 0.5
+    py = (pixel // W + origin[0]).to(dtype) + 0.5
+    corner = faces.index_select(0, fi).reshape(-1)  # [N*3]
+    tri = screen.index_select(0, corner).view(-1, 3, 3)  # [N, 3, 3]
     dist_n, lam_n, depth_n = soft_geometry(tri, px, py)
-    screen_bary = None
     bary_n = lam_n
-    if batch.is_clip_space:
-        w = batch.vertices[..., 3][bi[:, None], corner]  # [N, 3]
-        q = lam_n / w
+    if w is not None:
+        q = lam_n / w.index_select(0, corner).view(-1, 3)  # [N, 3]
         bary_n = q / q.sum(dim=-1, keepdim=True)
-    n_slots = B * H * W * K
-    lin = bi * (H * W * K) + si
+    n_slots = flat.numel()
 
     def scatter(values: torch.Tensor, fill: float, tail: tuple[int, ...] = ()) -> torch.Tensor:
         base = torch.full((n_slots, *tail), fill, dtype=dtype, device=device)
-        return base.index_put((lin,), values).reshape(B, H, W, K, *tail)
+        return base.index_put((si,), values).view(1, rows, W, K, *tail)
 
-    if batch.is_clip_space:
-        screen_bary = scatter(lam_n, 0.0, (3,))
     return Fragments(
-        face_index=face_index,
+        face_index=face_index[None],
         bary=scatter(bary_n, 0.0, (3,)),
         depth=scatter(depth_n, math.inf),
         dist=scatter(dist_n, 0.0),
-        screen_bary=screen_bary,
+        screen_bary=scatter(lam_n, 0.0, (3,)) if w is not None else None,
     )
+
+
+# ---- the tile loop -----------------------------------------------------------------------------------
+Tile = tuple[int, int, int, int, int]
+IndexFn = Callable[[Tile], torch.Tensor]
+TileFn = Callable[..., Sequence[torch.Tensor]]
+
+
+class TileLoop:
+    """Runs a tile function over the tiles of a :class:`SoftPlan` and fills whole-frame outputs,
+    with a backward pass that evaluates one tile at a time again.
+
+    Args:
+        plan: the tiles.
+        index_fn: ``index_fn(tile)`` -> int64 ``[r1 - r0, c1 - c0, K]`` face indices of a tile
+            ``(b, r0, r1, c0, c1)`` (a :class:`FaceSelector`, or a slice of given fragments).
+        tile_fn: ``tile_fn(tile, face_index, *tile_inputs)`` -> one tensor per output, each
+            ``[1, r1 - r0, c1 - c0, ...]``: the tile's pixels of the outputs. It must depend on the
+            inputs only through its arguments, and give the same values whatever the tiling.
+        outputs: the whole-frame results, ``[B, H, W, ...]`` each, written tile by tile (floating
+            ones are differentiable, others are not).
+        index_out: optional int64 ``[B, H, W, K]`` that receives every tile's face indices (it is
+            then returned last and read again by the backward pass).
+        per_pixel: for each input, whether it is a ``[B, H, W, ...]`` per-pixel tensor (a tile
+            gets its pixels) rather than a ``[B | 1, ...]`` per-element table (a tile gets row ``b``).
+
+    Calling the loop with the inputs (tensors or None) returns the outputs (and ``index_out``).
+    Gradients reach the inputs through a backward pass that, per tile, evaluates ``tile_fn``
+    again with autograd on and backpropagates the tile's pixels of the output gradients; the
+    tiles' input gradients are summed in tile order. So autograd keeps only the inputs and the
+    face indices: ``index_out``, or with ``plan.keep_index`` a compact copy of each tile's, or
+    nothing, and then ``index_fn`` runs again. When what autograd would save for all tiles fits
+    the budget (``plan.direct``, small calls), the tiles simply run with autograd on instead.
+    """
+
+    def __init__(self, plan: SoftPlan, index_fn: IndexFn, tile_fn: TileFn, outputs: Sequence[torch.Tensor], *,
+                 index_out: torch.Tensor | None = None, per_pixel: Sequence[bool] = ()):
+        self.plan, self.index_fn, self.tile_fn = plan, index_fn, tile_fn
+        self.outputs = list(outputs)
+        self.index_out = index_out
+        self.per_pixel = tuple(per_pixel)
+        self.kept: list[torch.Tensor] = []
+
+    def __call__(self, *inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
+            if self.plan.direct:
+                return self.forward_direct(inputs)
+            return _TileFunction.apply(self, *inputs)
+        with torch.no_grad():
+            self.forward(inputs, keep=False)
+        return self.results()
+
+    def forward_direct(self, inputs) -> tuple[torch.Tensor, ...]:
+        """Evaluate every tile with autograd on (``plan.direct``: what it saves fits the budget)."""
+        tiles = self.plan.tiles
+        whole = len(tiles) == 1 and self.outputs[0].shape[0] == 1
+        outputs = self.outputs
+        for tile in tiles:
+            b, r0, r1, c0, c1 = tile
+            fi = self.index_fn(tile)
+            if self.index_out is not None:
+                self.index_out[b, r0:r1, c0:c1] = fi
+            values = self.tile_fn(tile, fi, *self.tile_inputs(inputs, tile))
+            if whole and all(v.shape == out.shape for v, out in zip(values, outputs)):
+                outputs = list(values)  # one tile is the whole frame: no copy
+                continue
+            for out, value in zip(outputs, values):
+                out[b, r0:r1, c0:c1] = value[0]
+        _release(self.index_fn)
+        return tuple(outputs) + ((self.index_out,) if self.index_out is not None else ())
+
+    def results(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self.outputs) + ((self.index_out,) if self.index_out is not None else ())
+
+    def tile_inputs(self, inputs, tile: Tile) -> list[torch.Tensor | None]:
+        """The part of each input a tile sees: its pixels of per-pixel inputs, its element of tables."""
+        b, r0, r1, c0, c1 = tile
+        out = []
+        for i, x in enumerate(inputs):
+            if x is None:
+                out.append(None)
+            elif i < len(self.per_pixel) and self.per_pixel[i]:
+                out.append(x[b, r0:r1, c0:c1])
+            else:
+                out.append(x[b] if x.shape[0] > 1 else x[0])
+        return out
+
+    def forward(self, inputs, keep: bool) -> None:
+        """Evaluate every tile (no autograd) into the outputs; with ``keep``, remember what the
+        backward pass needs."""
+        for tile in self.plan.tiles:
+            b, r0, r1, c0, c1 = tile
+            fi = self.index_fn(tile)  # [rows, cols, K]
+            if self.index_out is not None:
+                self.index_out[b, r0:r1, c0:c1] = fi
+            elif keep and self.plan.keep_index:
+                self.kept.append(_compact(fi))
+            values = self.tile_fn(tile, fi, *self.tile_inputs(inputs, tile))
+            for out, value in zip(self.outputs, values):
+                out[b, r0:r1, c0:c1] = value[0]
+        _release(self.index_fn)
+
+    def backward(self, inputs, grads, needs) -> list[torch.Tensor | None]:
+        """Input gradients from output gradients ``grads`` (None where an output got none)."""
+        acc = [torch.zeros(x.shape, dtype=x.dtype, device=x.device) if need else None for x, need in zip(inputs, needs)]
+        diff = [g if g is not None and out.is_floating_point() else None for out, g in zip(self.outputs, grads)]
+        if not any(n for n in needs) or all(g is None for g in diff):
+            return acc
+        for t, tile in enumerate(self.plan.tiles):
+            b, r0, r1, c0, c1 = tile
+            tile_grads = [None if g is None else g[b, r0:r1, c0:c1][None] for g in diff]
+            if self.index_out is not None:
+                fi = self.index_out[b, r0:r1, c0:c1]
+            elif self.plan.keep_index:
+                fi = self.kept[t].long()
+            else:
+                fi = self.index_fn(tile)
+            leaves = [None if x is None else x.detach().requires_grad_(need)
+                      for x, need in zip(self.tile_inputs(inputs, tile), needs)]
+            with torch.enable_grad():
+                values = self.tile_fn(tile, fi, *leaves)
+            pairs = [(v, g) for v, g in zip(values, tile_grads) if g is not None and v.requires_grad]
+            wrt = [i for i, leaf in enumerate(leaves) if leaf is not None and leaf.requires_grad]
+            if not pairs or not wrt:
+                continue
+            got = torch.autograd.grad([v for v, _ in pairs], [leaves[i] for i in wrt], [g for _, g in pairs],
+                                      allow_unused=True)
+            for i, g in zip(wrt, got):
+                if g is None:
+                    continue
+                if i < len(self.per_pixel) and self.per_pixel[i]:
+                    acc[i][b, r0:r1, c0:c1] += g
+                else:
+                    acc[i][b if inputs[i].shape[0] > 1 else 0] += g
+        _release(self.index_fn)
+        return acc
+
+
+def _compact(face_index: torch.Tensor) -> torch.Tensor:
+    """The face indices in the smallest int dtype that holds them (int32 below 2^31 faces)."""
+    if face_index.numel() == 0 or int(face_index.max()) < 2**31 - 1:
+        return face_index.to(torch.int32)
+    return face_index.clone()
+
+
+def _release(index_fn) -> None:
+    release = getattr(index_fn, "release", None)
+    if release is not None:
+        release()
+
+
+class _TileFunction(torch.autograd.Function):
+    """Autograd node of a :class:`TileLoop`: saves the inputs (not copies), recomputes tiles in backward."""
+
+    @staticmethod
+    def forward(ctx, loop: TileLoop, *inputs):
+        ctx.set_materialize_grads(False)
+        loop.kept = []
+        loop.forward(inputs, keep=True)
+        ctx.loop = loop
+        ctx.save_for_backward(*inputs)
+        results = loop.results()
+        ctx.mark_non_differentiable(*[r for r in results if not r.is_floating_point()])
+        return results
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads):
+        loop: TileLoop = ctx.loop
+        inputs = ctx.saved_tensors
+        return (None, *loop.backward(inputs, grads[: len(loop.outputs)], ctx.needs_input_grad[1:]))

@@ -174,10 +174,12 @@ class Scene:
         """The backend's persistent copy of ``h`` for this frame, or None to take the general path.
 
         Taken in hard mode for shared (unbatched) positions. Positions or faces modified in place
-        since the upload are sent again (counted in ``stats.uploads``)."""
+        since the upload, or a copy the backend lost (GL buffers do not survive fork()), are sent
+        again (counted in ``stats.uploads``)."""
         if mode != "hard" or not self.persistent or h.positions.dim() != 2:
             return None
-        if h._gpu is None or h._gpu_version != (h.positions._version, h.faces._version):
+        stale = h._gpu is not None and getattr(h._gpu, "released", False)
+        if h._gpu is None or stale or h._gpu_version != (h.positions._version, h.faces._version):
             if h._gpu is not None:
                 self.stats.uploads += 1  # modified in place: sent again
             self._upload_gpu(h)

@@ -2,6 +2,12 @@
 
 Every path that turns ``Fragments`` into a ``Frame`` comes through here: the backends'
 ``render_frame``, the front end's clipped path and the ``Renderer``'s shading pass.
+
+Soft mode works in the tiles of :mod:`py_gpu.raster.torch_soft` (bands of rows that fit
+``RasterSettings.memory_budget``): :func:`render_soft_frame` selects, gathers, colors and blends
+each tile in one pass, and :func:`shade_soft` blends given fragments tile by tile. Neither keeps a
+whole-frame K-slot tensor, nor anything per tile for the backward pass, which evaluates one tile
+at a time again.
 """
 
 from __future__ import annotations
@@ -12,13 +18,14 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import rasterize_soft
+from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles,
+                                 rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend, nearest_covering, silhouette
 from .interpolate import gather_face, interpolate_vertex
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
-           "shade_hard", "shade_soft", "shade_fragments", "render_soft"]
+           "shade_hard", "shade_soft", "shade_fragments", "render_soft", "render_soft_frame"]
 
 
 def background_tensor(background, channels: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -32,11 +39,17 @@ def background_tensor(background, channels: int, dtype: torch.dtype, device) -> 
 def slot_colors(batch: TriangleBatch, frags: Fragments) -> torch.Tensor:
     """float ``[B, H, W, K, C]``: each fragment's color (vertex colors interpolated, face colors
     gathered, white without colors) in ``frags.bary``'s dtype; 0 where empty."""
+    return _slot_colors(batch.vertex_colors, batch.face_colors, batch.faces, frags)
+
+
+def _slot_colors(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, faces: torch.Tensor,
+                 frags: Fragments) -> torch.Tensor:
+    """:func:`slot_colors` from the color tensors (``[B | 1, V, C]`` / ``[B | 1, F, C]``, or None)."""
     dtype = frags.bary.dtype
-    if batch.face_colors is not None:
-        return gather_face(batch.face_colors.to(dtype), frags.face_index)
-    if batch.vertex_colors is not None:
-        return interpolate_vertex(batch.vertex_colors.to(dtype), batch.faces, frags.face_index, frags.bary)
+    if face_colors is not None:
+        return gather_face(face_colors.to(dtype), frags.face_index)
+    if vertex_colors is not None:
+        return interpolate_vertex(vertex_colors.to(dtype), faces, frags.face_index, frags.bary)
     ones = torch.ones(*frags.face_index.shape, 3, dtype=dtype, device=frags.face_index.device)
     return torch.where(frags.mask[..., None], ones, torch.zeros((), dtype=dtype, device=ones.device))
 
@@ -80,8 +93,111 @@ def shade_hard(batch: TriangleBatch, frags: Fragments, background) -> Frame:
 
 def shade_soft(batch: TriangleBatch, frags: Fragments, background, settings: RasterSettings,
                blend_settings: BlendSettings) -> Frame:
-    """Soft-mode ``Frame`` of ``batch``'s colors at soft ``frags``."""
-    return composite_soft(slot_colors(batch, frags), frags, background, settings, blend_settings)[0]
+    """Soft-mode ``Frame`` of ``batch``'s colors at soft ``frags``, blended in tiles that fit
+    ``settings.memory_budget`` (the same values as :func:`composite_soft` on the whole frame).
+
+    Raises:
+        MemoryBudgetError: the budget cannot hold the work of one pixel, or the frame is larger
+            than ``RETURNED_PER_BUDGET`` times the budget.
+    """
+    if frags.dist is None:
+        raise PyGpuTypeError("soft blending needs soft Fragments (with `dist`); rasterize with mode='soft'")
+    B, H, W, K = frags.face_index.shape
+    colors = batch.face_colors if batch.face_colors is not None else batch.vertex_colors
+    C = 3 if colors is None else colors.shape[-1]
+    dtype = frags.bary.dtype
+    plan = plan_tiles("shade_soft", batch=B, size=(H, W), faces=batch.num_faces, faces_per_pixel=K, dtype=dtype,
+                      budget=settings.memory_budget, slot_bytes=shade_bytes_per_slot(dtype, C),
+                      returned=_frame_bytes(B, H, W, C, dtype), select=False)
+    faces = batch.faces
+    clip = frags.screen_bary is not None
+
+    def index(t: tuple) -> torch.Tensor:
+        b, r0, r1, c0, c1 = t
+        return frags.face_index[b, r0:r1, c0:c1]
+
+    def tile(t, fi, bary, depth, dist, screen_bary, vertex_colors, face_colors):
+        part = Fragments(fi[None], bary[None], depth[None], dist[None], screen_bary[None] if clip else None)
+        return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
+                           blend_settings)
+
+    loop = TileLoop(plan, index, tile, _frame_outputs(B, H, W, C, dtype, frags.face_index.device),
+                    per_pixel=(True, True, True, True))
+    image, alpha, depth, face = loop(frags.bary, frags.depth, frags.dist, frags.screen_bary, batch.vertex_colors,
+                                     batch.face_colors)
+    return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
+
+
+def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, settings: RasterSettings,
+                      blend_settings: BlendSettings) -> Frame:
+    """Soft-mode ``Frame`` of a drawable ``batch`` (screen space, or clip space with every ``w > 0``).
+
+    Each tile (rows, or a piece of a row) is selected, gathered, colored and blended in one
+    pass, so the working set is one tile's (it fits ``settings.memory_budget``) and only the
+    ``Frame`` is whole-frame. For the backward pass the selected face indices are kept (int32)
+    when they take at most ``1 / KEEP_SHARE`` (a quarter) of the budget; otherwise the backward
+    pass selects each tile's faces again. The values are those of :func:`shade_soft` on
+    :func:`py_gpu.raster.torch_soft.rasterize_soft`'s fragments.
+
+    Raises:
+        MemoryBudgetError: the budget cannot hold the work of one pixel (and the face table), or
+            the frame is larger than ``RETURNED_PER_BUDGET`` times the budget.
+    """
+    H, W = size
+    B, F, K, dtype, clip = batch.batch_size, batch.num_faces, settings.faces_per_pixel, batch.dtype, batch.is_clip_space
+    colors = batch.face_colors if batch.face_colors is not None else batch.vertex_colors
+    C = 3 if colors is None else colors.shape[-1]
+    plan = plan_tiles("render (soft)", batch=B, size=(H, W), faces=F, faces_per_pixel=K, dtype=dtype,
+                      budget=settings.memory_budget,
+                      slot_bytes=gather_bytes_per_slot(dtype, clip) + shade_bytes_per_slot(dtype, C),
+                      returned=_frame_bytes(B, H, W, C, dtype), keep_bytes=B * H * W * K * 4)
+    screen = batch.screen_vertices((H, W))  # [B, V, 3], differentiable
+    w = batch.vertices[..., 3] if clip else None  # [B, V]
+    faces = batch.faces
+
+    def tile(t, fi, scr, wb, vertex_colors, face_colors):
+        part = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
+        return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
+                           blend_settings)
+
+    select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
+    loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device))
+    image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors)
+    return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
+
+
+def shade_bytes_per_slot(dtype: torch.dtype, channels: int) -> int:
+    """Bytes per K slot of a tile while its colors are interpolated and blended with autograd on,
+    and in its backward pass (the blend's ``[rows, W, K]`` temporaries and the ``[rows, W, K, C]``
+    color products, with their gradients). With :func:`gather_bytes_per_slot`, measured for RGB
+    (every slot filled, forward and backward): about 900 B in float32 and 1,700 B in float64."""
+    item = torch.finfo(dtype).bits // 8
+    return (9 + 12 * channels) * item
+
+
+def _frame_bytes(B: int, H: int, W: int, C: int, dtype: torch.dtype) -> int:
+    """Bytes of a soft ``Frame``: image (C), alpha and depth floats and the int64 face index per pixel."""
+    return B * H * W * ((C + 2) * (torch.finfo(dtype).bits // 8) + 8)
+
+
+def _frame_outputs(B: int, H: int, W: int, C: int, dtype: torch.dtype, device) -> list[torch.Tensor]:
+    """Uninitialized image, alpha, depth and face index of a soft ``Frame``, filled tile by tile."""
+    return [torch.empty(B, H, W, C, dtype=dtype, device=device), torch.empty(B, H, W, 1, dtype=dtype, device=device),
+            torch.empty(B, H, W, dtype=dtype, device=device), torch.empty(B, H, W, dtype=torch.int64, device=device)]
+
+
+def _tile_colors(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, faces: torch.Tensor,
+                 part: Fragments) -> torch.Tensor:
+    """``[1, rows, W, K, C]`` slot colors of a tile from one element's ``[V, C]`` / ``[F, C]`` colors."""
+    return _slot_colors(None if vertex_colors is None else vertex_colors[None],
+                        None if face_colors is None else face_colors[None], faces, part)
+
+
+def _blend_tile(colors: torch.Tensor, part: Fragments, background, settings: RasterSettings,
+                blend_settings: BlendSettings) -> tuple[torch.Tensor, ...]:
+    """A tile's ``(image, alpha, depth, face_index)``, each ``[1, rows, W, ...]``."""
+    frame, _ = composite_soft(colors, part, background, settings, blend_settings)
+    return frame.image, frame.alpha, frame.depth, frame.face_index
 
 
 def shade_fragments(batch: TriangleBatch, frags: Fragments, background, settings: RasterSettings,
@@ -97,7 +213,8 @@ def render_soft(batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0), setti
     """Soft-render a screen-space (or already clipped) ``batch`` at ``size = (H, W)``.
 
     ``rasterizer(batch, size, settings) -> Fragments`` defaults to
-    :func:`py_gpu.raster.torch_soft.rasterize_soft`; tests pass the brute-force oracle. The
+    :func:`py_gpu.raster.torch_soft.rasterize_soft`, which then runs fused with the blend
+    (:func:`render_soft_frame`); tests pass the brute-force oracle. The
     ``Frame``'s ``image``, ``alpha`` and ``depth`` are differentiable with respect to vertices
     and colors. Use :func:`py_gpu.render` for clip-space input that may cross the near plane.
     """
@@ -110,4 +227,6 @@ def render_soft(batch: TriangleBatch, size, *, background=(0.0, 0.0, 0.0), setti
     b = BlendSettings() if blend_settings is None else blend_settings
     if not isinstance(s, RasterSettings) or not isinstance(b, BlendSettings):
         raise PyGpuTypeError(f"{where}: `settings` must be a RasterSettings and `blend_settings` a BlendSettings")
+    if rasterizer is rasterize_soft:
+        return render_soft_frame(batch, size, bg, s, b)
     return shade_soft(batch, rasterizer(batch, size, s), bg, s, b)
