@@ -11,7 +11,7 @@ positions and the colors. Two estimators give the silhouettes their gradient:
 
 The metric is the largest distance between a fitted vertex and its target.
 
-    python examples/fit_cube.py [--estimator antialias|soft] [--steps 800] [--size 64] [--out DIR]
+    python examples/fit_cube.py [--estimator antialias|soft] [--steps 600] [--size 64] [--out DIR]
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def render(positions: torch.Tensor, colors: torch.Tensor, mvp: torch.Tensor, siz
     return py_gpu.antialias(color, frags, clip, faces, topology=topology)
 
 
-def run(steps: int = 800, size: int = 64, device: str = "cpu", seed: int = 0, out=None,
-        estimator: str = "antialias", lr: float = 1e-2) -> dict:
+def run(steps: int = 600, size: int = 64, device: str = "cpu", seed: int = 0, out=None,
+        estimator: str = "antialias", lr: float = 0.03) -> dict:
     """Fit the cube; returns ``metric`` (max vertex error, target < 1e-3) and the start error."""
     if estimator not in ("antialias", "soft"):
         raise ValueError(f"estimator must be 'antialias' or 'soft', got {estimator!r}")
@@ -108,8 +108,8 @@ def run(steps: int = 800, size: int = 64, device: str = "cpu", seed: int = 0, ou
 
 def _options(parser) -> None:
     parser.add_argument("--estimator", choices=("antialias", "soft"), default="antialias")
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--lr", type=float, default=0.03)
 
 
 if __name__ == "__main__":
-    main("cube", run, steps=800, size=64, doc=__doc__, extra=_options)
+    main("cube", run, steps=600, size=64, doc=__doc__, extra=_options)
