@@ -79,10 +79,19 @@ def save_gif(path, frames: Sequence[Sequence[tuple[str, np.ndarray]]], ms: int =
     return path
 
 
-def save_loss_curve(path, curves: dict[str, Sequence[float]], *, title: str, ylabel: str = "loss",
-                    log: bool = True) -> Path:
-    """Write loss curves (name -> values per step) as a PNG: matplotlib if installed, else Pillow."""
+def _xy(curve) -> tuple[np.ndarray, np.ndarray]:
+    """A curve given as values (one per step from 0) or as ``(steps, values)``."""
+    if isinstance(curve, tuple) and len(curve) == 2:
+        return np.asarray(curve[0], dtype=np.float64), np.asarray(curve[1], dtype=np.float64)
+    ys = np.asarray(curve, dtype=np.float64)
+    return np.arange(len(ys), dtype=np.float64), ys
+
+
+def save_loss_curve(path, curves: dict, *, title: str, ylabel: str = "loss", log: bool = True) -> Path:
+    """Write loss curves as a PNG: matplotlib if installed, else Pillow. ``curves`` maps a name to
+    values (one per step) or to ``(steps, values)``."""
     path = Path(path)
+    curves = {k: _xy(v) for k, v in curves.items()}
     try:
         import matplotlib
 
@@ -92,8 +101,8 @@ def save_loss_curve(path, curves: dict[str, Sequence[float]], *, title: str, yla
         _pillow_plot(path, curves, title=title, ylabel=ylabel, log=log)
         return path
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
-    for name, ys in curves.items():
-        ax.plot(np.arange(len(ys)), ys, label=name, linewidth=1)
+    for name, (xs, ys) in curves.items():
+        ax.plot(xs, ys, label=name, linewidth=1)
     if log:
         ax.set_yscale("log")
     ax.set_xlabel("step")
@@ -110,14 +119,15 @@ def save_loss_curve(path, curves: dict[str, Sequence[float]], *, title: str, yla
 _COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 
 
-def _pillow_plot(path: Path, curves: dict[str, Sequence[float]], *, title: str, ylabel: str, log: bool) -> None:
+def _pillow_plot(path: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]], *, title: str, ylabel: str,
+                 log: bool) -> None:
     """A plain line plot with axes, tick labels and a legend, drawn with Pillow."""
     W, H, left, right, top, bottom = 520, 320, 64, 14, 26, 36
     img = Image.new("RGB", (W, H), (255, 255, 255))
     draw = ImageDraw.Draw(img)
     font = ImageFont.load_default()
-    series = {k: np.asarray(v, dtype=np.float64) for k, v in curves.items() if len(v)}
-    vals = np.concatenate(list(series.values())) if series else np.zeros(1)
+    series = {k: v for k, v in curves.items() if len(v[1])}
+    vals = np.concatenate([ys for _, ys in series.values()]) if series else np.zeros(1)
     vals = vals[np.isfinite(vals)]
     if log:
         vals = vals[vals > 0]
@@ -127,7 +137,7 @@ def _pillow_plot(path: Path, curves: dict[str, Sequence[float]], *, title: str, 
     lo, hi = float(f(vals.min())), float(f(vals.max()))
     if hi - lo < 1e-12:
         lo, hi = lo - 0.5, hi + 0.5
-    n = max(len(v) for v in series.values()) if series else 1
+    n = int(max(xs.max() for xs, _ in series.values())) + 1 if series else 1
     pw, ph = W - left - right, H - top - bottom
 
     def xy(i, y):
@@ -147,10 +157,10 @@ def _pillow_plot(path: Path, curves: dict[str, Sequence[float]], *, title: str, 
     draw.text((left, 6), title, fill=(0, 0, 0), font=font)
     draw.text((left + pw // 2 - 10, H - 14), "step", fill=(0, 0, 0), font=font)
     draw.text((left + 4, top + 4), ylabel + (" (log)" if log else ""), fill=(90, 90, 90), font=font)
-    for c, (name, ys) in enumerate(series.items()):
+    for c, (name, (xs, ys)) in enumerate(series.items()):
         color = _COLORS[c % len(_COLORS)]
         ok = np.isfinite(ys) & ((ys > 0) if log else True)
-        pts = [xy(i, float(f(y))) for i, y in enumerate(ys) if ok[i]]
+        pts = [xy(x, float(f(y))) for x, y, keep in zip(xs, ys, ok) if keep]
         if len(pts) > 1:
             draw.line(pts, fill=color, width=1)
         if len(series) > 1:
@@ -214,13 +224,16 @@ class Recorder:
         self.every = max(1, steps // frames)
         self.print_every = print_every or max(1, steps // 10)
         self.steps = steps
-        self.losses: dict[str, list[float]] = {}
+        self.losses: dict[str, tuple[list[int], list[float]]] = {}  # name -> (steps, values)
         self.frames: list[list[tuple[str, np.ndarray]]] = []
         self.t0 = time.perf_counter()
 
     def loss(self, step: int, name: str = "loss", value: float | None = None, **info) -> None:
-        """Record ``value`` under ``name``; print progress every ``print_every`` steps."""
-        self.losses.setdefault(name, []).append(float(value))
+        """Record ``value`` at ``step`` under ``name`` (one curve per name); print progress every
+        ``print_every`` steps."""
+        steps, values = self.losses.setdefault(name, ([], []))
+        steps.append(step)
+        values.append(float(value))
         if step % self.print_every == 0 or step == self.steps - 1:
             extra = "".join(f"  {k} {v:.4g}" if isinstance(v, float) else f"  {k} {v}" for k, v in info.items())
             print(f"step {step:5d}  {name} {value:.4g}{extra}  ({time.perf_counter() - self.t0:.1f} s)", flush=True)

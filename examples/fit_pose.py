@@ -160,7 +160,7 @@ def run(steps: int = 300, size: int = 64, device: str = "cpu", seed: int = 0, ou
             err = torch.rad2deg(rotation_angle(rot.double(), truth.double())).reshape(targets, H)
             pick = loss.reshape(targets, H).argmin(1)
             chosen = err[torch.arange(targets), pick]
-            rec.loss(step, "image loss", float(loss.reshape(targets, H).min(1).values.mean()), phase="search",
+            rec.loss(step, "search (best start)", float(loss.reshape(targets, H).min(1).values.mean()),
                      median_error_deg=float(chosen.median()), within_2deg=int((chosen < SUCCESS_DEG).sum()))
             rec.frame(step, lambda: _panels(rot.reshape(targets, H, 3, 3)[torch.arange(targets), pick], r_true,
                                             size, kw))
@@ -174,8 +174,8 @@ def run(steps: int = 300, size: int = 64, device: str = "cpu", seed: int = 0, ou
 
     def report_refine(step, loss, rot):
         err = errors(rot)
-        rec.loss(step, "image loss", float(loss.mean()), phase="refine", median_error_deg=float(err.median()),
-                 within_2deg=int((err < SUCCESS_DEG).sum()))
+        rec.loss(step, "refine" if search_steps else "image loss", float(loss.mean()),
+                 median_error_deg=float(err.median()), within_2deg=int((err < SUCCESS_DEG).sum()))
         rec.frame(step, lambda: _panels(rot, r_true, size, kw))
 
     refine_level, refine_lr = (0.25, lr / 3) if search_steps else (1.0, lr)
