@@ -1,6 +1,6 @@
 """Deform an icosphere into a bumpy shape from 20 silhouettes (PyTorch3D's mesh-deformation tutorial).
 
-The target is a 5,120-face sphere pushed out by eight smooth bumps; the estimate is a
+The target is a 5,120-face sphere pushed out by twelve smooth bumps; the estimate is a
 1,280-face icosphere (``py_gpu.shapes.icosphere(3)``) whose vertex offsets are optimized. Each
 step compares the silhouettes of 4 of the 20 training views (``py_gpu.fit.orbit_camera``, spread
 evenly over the sphere of directions) and adds the regularizers of ``py_gpu.fit``: edge length,
@@ -31,7 +31,7 @@ from _fitting import Recorder, main
 TRAIN_VIEWS = 20
 HELD_OUT_VIEWS = 8
 VIEWS_PER_STEP = 4
-DISTANCE = 3.2
+DISTANCE = 4.2
 FOV = 50.0
 #: soft mode's K for this mesh. Soft alpha is blended over the K nearest faces only, and at the
 #: default K = 8 the faces just outside a pixel push out the one that covers it: the silhouettes
@@ -42,14 +42,15 @@ W_EDGE, W_LAPLACIAN, W_NORMAL = 1.0, 1.0, 0.01
 
 
 def bumpy_target(device) -> py_gpu.MeshBatch:
-    """A 5,120-face sphere pushed out by 8 Gaussian bumps (fixed directions, heights 0.2-0.45)."""
+    """A 5,120-face unit sphere pushed out by 12 Gaussian bumps (fixed random directions, heights
+    0.2-0.45, about 16 degrees wide)."""
     g = torch.Generator().manual_seed(1234)
     sphere = py_gpu.shapes.icosphere(4, device=device)
     d = sphere.positions / sphere.positions.norm(dim=-1, keepdim=True)  # [V, 3] unit directions
-    centers = torch.nn.functional.normalize(torch.randn(8, 3, generator=g), dim=-1).to(device)
-    heights = (0.2 + 0.25 * torch.rand(8, generator=g)).to(device)
-    cos = d @ centers.T  # [V, 8]
-    radius = 1.0 + (heights * torch.exp((cos - 1.0) / 0.06)).sum(-1)  # [V]
+    centers = torch.nn.functional.normalize(torch.randn(12, 3, generator=g), dim=-1).to(device)
+    heights = (0.2 + 0.25 * torch.rand(12, generator=g)).to(device)
+    cos = d @ centers.T  # [V, 12]
+    radius = 1.0 + (heights * torch.exp((cos - 1.0) / 0.04)).sum(-1)  # [V]
     return py_gpu.MeshBatch(d * radius[:, None], sphere.faces)
 
 
@@ -68,7 +69,8 @@ def silhouettes(positions: torch.Tensor, faces: torch.Tensor, camera, size: int,
     clip = camera.world_to_clip(positions)  # [B, V, 4]
     batch = py_gpu.TriangleBatch(clip, faces)
     if estimator == "soft":
-        return py_gpu.render(batch, (size, size), mode="soft", sigma=sigma, faces_per_pixel=faces_per_pixel).alpha[..., 0]
+        frame = py_gpu.render(batch, (size, size), mode="soft", sigma=sigma, faces_per_pixel=faces_per_pixel)
+        return frame.alpha[..., 0]
     frags = py_gpu.rasterize(batch, (size, size))
     coverage = (frags.face_index >= 0).to(clip.dtype)  # [B, H, W, 1]
     if estimator == "hard":
@@ -140,17 +142,17 @@ def run(steps: int = 300, size: int = 64, device: str = "cpu", seed: int = 0, ou
         _panels(final, faces, target, show, size, labels=("result", "target"))
     rec.frame(steps, lambda: _panels(final, faces, target, show, size), force=True)
     files = rec.write(pictures, title=f"deform, {estimator}{k_text}")
-    return dict(metric=end_iou, start_iou=start_iou, estimator=estimator,
-                faces_per_pixel=faces_per_pixel or py_gpu.RasterSettings().faces_per_pixel, files=files)
+    k = (faces_per_pixel or py_gpu.RasterSettings().faces_per_pixel) if estimator == "soft" else None
+    return dict(metric=end_iou, start_iou=start_iou, estimator=estimator, faces_per_pixel=k, files=files)
 
 
 def _shaded(positions: torch.Tensor, faces: torch.Tensor, camera, size: int) -> torch.Tensor:
     """float ``[H, W, 3]``: a lit hard render of a mesh, for the pictures."""
     r = py_gpu.Renderer((size * 2, size * 2), device=positions.device, background=(0.08, 0.08, 0.1))
-    mesh = py_gpu.MeshBatch(positions, faces, colors=torch.full_like(positions, 0.8))
+    mesh = py_gpu.MeshBatch(positions, faces, colors=torch.full_like(positions, 0.75))
     eye = camera.position[0] / camera.position[0].norm()
-    light = (-eye + torch.tensor([0.3, -0.6, 0.0], device=eye.device)).tolist()  # from above the camera
-    lights = [AmbientLight(intensity=0.2), DirectionalLight(light, intensity=0.9)]
+    light = (-eye + torch.tensor([0.7, -0.9, 0.0], device=eye.device)).tolist()  # from the upper left of the camera
+    lights = [AmbientLight(intensity=0.12), DirectionalLight(light, intensity=0.85)]
     return r.render(r.upload(mesh), camera, lights=lights, model="lambert", gamma=2.2).image[0]
 
 

@@ -75,14 +75,14 @@ def test_pose_plain_fit_has_no_search(recipe, device, capsys):
 
 def test_deform_antialias_raises_held_out_iou(recipe, device):
     r = recipe("deform").run(device=device, steps=100, size=32, seed=0, estimator="antialias")
-    assert r["start_iou"] < 0.85
-    assert r["metric"] > 0.9, r
+    assert r["start_iou"] < 0.75
+    assert r["metric"] > 0.82, r
 
 
 @pytest.mark.slow
 def test_deform_soft_raises_held_out_iou(recipe, device):
-    r = recipe("deform").run(device=device, steps=40, size=32, seed=0, estimator="soft")
-    assert r["metric"] > r["start_iou"] + 0.05, r
+    r = recipe("deform").run(device=device, steps=60, size=32, seed=0, estimator="soft", lr=0.02)
+    assert r["metric"] > r["start_iou"] + 0.08, r
 
 
 def test_camera_antialias_within_a_degree(recipe, device):
