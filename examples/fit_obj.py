@@ -15,7 +15,7 @@ Then the crate's texture is replaced by flat grey and recovered from renders of 
 views (``py_gpu.Renderer``, hard mode, Lambert light); the metric is the PSNR of the recovered
 texture (linear RGB, as the loader decodes it from sRGB) on the texels the views see.
 
-    python examples/fit_obj.py [--steps 150] [--size 128] [--out DIR]
+    python examples/fit_obj.py [--steps 300] [--size 128] [--out DIR]
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def render_asset(path, size: int, png_path) -> py_gpu.Frame:
     return frame
 
 
-def run(steps: int = 150, size: int = 128, device: str = "cpu", seed: int = 0, out=None, lr: float = 0.05) -> dict:
+def run(steps: int = 300, size: int = 128, device: str = "cpu", seed: int = 0, out=None, lr: float = 0.05) -> dict:
     """Write the asset, render it in five lines, fit its texture; ``metric`` is that texture's PSNR (dB).
 
     Without ``out`` the asset goes to a temporary folder that is removed afterwards."""
@@ -126,11 +126,16 @@ def _run(steps, size, device, seed, out, lr, folder: Path) -> dict:
         mse = float(((t.detach().clamp(0, 1) - true_tex) ** 2)[visible].mean())
         return 10.0 * math.log10(1.0 / max(mse, 1e-20))
 
-    print(f"fitting the crate's {TEXELS}x{TEXELS} texture ({int(visible.sum())} texels seen) from {cams.batch_size} views, "
-          f"{steps} steps; PSNR at the start {psnr(tex):.2f} dB")
+    print(f"fitting the crate's {TEXELS}x{TEXELS} texture ({int(visible.sum())} texels seen) from "
+          f"{cams.batch_size} views, {steps} steps; PSNR at the start {psnr(tex):.2f} dB")
     opt = torch.optim.Adam([tex], lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.05 ** min(1.0, it / max(steps, 1)))
     show = py_gpu.Camera(cams.view[:1], cams.projection)
+
+    def view(t):
+        with torch.no_grad():
+            return renderer.render(handle, show, textures=textures(t), **kw).image[0]
+
     for step in range(steps):
         pick = torch.randperm(cams.batch_size, generator=g)[:3].to(device)
         got = renderer.render(handle, py_gpu.Camera(cams.view[pick], cams.projection), textures=textures(tex), **kw)
@@ -143,13 +148,12 @@ def _run(steps, size, device, seed, out, lr, folder: Path) -> dict:
             tex.clamp_(0.0, 1.0)
         info = {"psnr_db": psnr(tex)} if step % max(1, steps // 10) == 0 or step == steps - 1 else {}
         rec.loss(step, "image MSE", loss.item(), **info)
-        rec.frame(step, lambda: [("estimate", renderer.render(handle, show, textures=textures(tex.detach()), **kw).image[0]),
-                                 ("target", want.image[0])])
+        rec.frame(step, lambda: [("estimate", view(tex.detach())), ("target", want.image[0])])
     end = psnr(tex)
     print(f"crate texture PSNR on seen texels: start {psnr(start):.2f} dB -> end {end:.2f} dB (target >= 30)")
     with torch.no_grad():
-        view = lambda t: renderer.render(handle, show, textures=textures(t), **kw).image[0]  # noqa: E731
-        enlarge = lambda t: t.clamp(0, 1).repeat_interleave(size // TEXELS, 0).repeat_interleave(size // TEXELS, 1)  # noqa: E731
+        k = max(1, size // TEXELS)
+        enlarge = lambda t: t.clamp(0, 1).repeat_interleave(k, 0).repeat_interleave(k, 1)  # noqa: E731
         pictures = [("five-line render", frame.image[0]), ("start", view(start)), ("result", view(tex.detach())),
                     ("target", want.image[0]), ("texture", enlarge(py_gpu.image.linear_to_srgb(tex.detach())))]
     rec.frame(steps, lambda: pictures[2:4], force=True)
@@ -164,4 +168,4 @@ def _options(parser) -> None:
 
 
 if __name__ == "__main__":
-    main("obj", run, steps=150, size=128, doc=__doc__, extra=_options)
+    main("obj", run, steps=300, size=128, doc=__doc__, extra=_options)
