@@ -1,10 +1,11 @@
 """Fit a 64 x 64 texture on a sphere from renders of 12 views (a small version of nvdiffrast's ``earth``).
 
 The target is a UV sphere (``py_gpu.shapes.uv_sphere``) wearing a procedural "planet" texture
-(continents, an ocean, ice caps), lit by an ambient and a directional light. The estimate starts
-from a flat grey texture. Every step renders 4 of the 12 views with ``py_gpu.Renderer`` (hard
-rasterization, bilinear texture sampling, Lambert shading, display gamma 2.2; the texture is an ordinary tensor
-with ``requires_grad``) and backpropagates the image difference to the texels.
+(continents, an ocean, ice caps), lit by an ambient and two directional lights. The estimate
+starts from a flat grey texture. Every step renders 4 of the 12 views with ``py_gpu.Renderer``
+(hard rasterization, bilinear texture sampling, Lambert shading, display gamma 2.2; the texture
+is an ordinary tensor with ``requires_grad``) and backpropagates the image difference to the
+texels.
 
 The metric is the PSNR of the fitted texture against the target's, over the visible texels:
 those that get at least half a texel's bilinear weight from the 12 views.
