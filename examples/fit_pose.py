@@ -142,8 +142,9 @@ def run(steps: int = 300, size: int = 64, device: str = "cpu", seed: int = 0, ou
         return torch.rad2deg(rotation_angle(r.detach().double(), r_true.double()))
 
     search_steps = int(round(search * steps)) if hypotheses > 1 or search > 0 else 0
-    print(f"pose ({estimator}): {targets} targets, start {start:g} degrees off, {steps} steps at {size}x{size} "
-          f"({search_steps} of them searching {hypotheses} starts per target at {size // 2}x{size // 2})")
+    how = (f"{search_steps} of them searching {hypotheses} starts per target at {size // 2}x{size // 2}"
+           if search_steps else "a plain fit from each start")
+    print(f"pose ({estimator}): {targets} targets, start {start:g} degrees off, {steps} steps at {size}x{size} ({how})")
     rec = Recorder(out, steps)
     with torch.no_grad():
         want_full = render(r_true, size, "antialias", **kw)
@@ -216,6 +217,7 @@ def _options(parser) -> None:
     parser.add_argument("--targets", type=int, default=TARGETS, help="number of random targets (default: 10)")
     parser.add_argument("--hypotheses", type=int, default=6, help="starts per target in the search phase (default: 6)")
     parser.add_argument("--search", type=float, default=0.5, help="fraction of the steps spent searching (default: 0.5)")
+    parser.add_argument("--spread", type=float, default=25.0, help="degrees from the given start to the search's other starts (default: 25)")
 
 
 if __name__ == "__main__":
