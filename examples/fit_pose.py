@@ -151,8 +151,9 @@ def run(steps: int = 300, size: int = 64, device: str = "cpu", seed: int = 0, ou
     best = r_start
     if search_steps:
         H, small = hypotheses, size // 2
-        starts = torch.cat([r_start[:, None], py_gpu.fit.random_rotation_near(
-            spread, targets * (H - 1), g, rotation=r_start.repeat_interleave(H - 1, 0)).reshape(targets, H - 1, 3, 3)], 1)
+        around = r_start.repeat_interleave(H - 1, 0)  # [T (H - 1), 3, 3]
+        others = py_gpu.fit.random_rotation_near(spread, targets * (H - 1), g, rotation=around)
+        starts = torch.cat([r_start[:, None], others.reshape(targets, H - 1, 3, 3)], 1)  # [T, H, 3, 3]
         truth = r_true.repeat_interleave(H, 0)  # [T H, 3, 3]
         with torch.no_grad():
             want = r_true if estimator == "soft" else render(truth, small, "antialias", **kw)
@@ -215,9 +216,12 @@ def _options(parser) -> None:
     parser.add_argument("--estimator", choices=("antialias", "soft"), default="antialias")
     parser.add_argument("--start", type=float, default=40.0, help="start error in degrees (default: 40)")
     parser.add_argument("--targets", type=int, default=TARGETS, help="number of random targets (default: 10)")
-    parser.add_argument("--hypotheses", type=int, default=6, help="starts per target in the search phase (default: 6)")
-    parser.add_argument("--search", type=float, default=0.5, help="fraction of the steps spent searching (default: 0.5)")
-    parser.add_argument("--spread", type=float, default=25.0, help="degrees from the given start to the search's other starts (default: 25)")
+    parser.add_argument("--hypotheses", type=int, default=6,
+                        help="starts per target in the search phase (default: 6)")
+    parser.add_argument("--search", type=float, default=0.5,
+                        help="fraction of the steps spent searching (default: 0.5)")
+    parser.add_argument("--spread", type=float, default=25.0,
+                        help="degrees from the given start to the search's other starts (default: 25)")
 
 
 if __name__ == "__main__":
