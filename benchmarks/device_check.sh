@@ -19,6 +19,7 @@ DEVICE_TESTS=(
     tests/test_camera.py
     tests/test_clip.py
     tests/test_fit.py
+    tests/test_fit_examples.py
     tests/test_integration.py
     tests/test_interpolate.py
     tests/test_lights.py
