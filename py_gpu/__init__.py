@@ -24,7 +24,7 @@ from ._version import __version__
 
 #: Every public name and the module that defines it, loaded together on first use.
 _PUBLIC = {
-    "BackendUnavailableError": "._check", "MemoryBudgetError": "._check", "PyGpuTypeError": "._check",
+    "BackendUnavailableError": "._check", "MemoryBudgetError": "._check", "PyGpuWarning": "._check", "PyGpuTypeError": "._check",
     "PyGpuValueError": "._check", "checks": "._check", "set_checks": "._check",
     "get_threads": "._runtime", "set_threads": "._runtime",
     "Backend": ".backends", "BackendCapabilities": ".backends", "ModernGLBackend": ".backends",
@@ -159,5 +159,6 @@ __all__ = [
     "PyGpuTypeError",
     "BackendUnavailableError",
     "MemoryBudgetError",
+    "PyGpuWarning",
     "__version__",
 ]

@@ -73,6 +73,10 @@ class MemoryBudgetError(PyGpuValueError):
     """The request cannot fit in the memory budget; the message says what to change."""
 
 
+class PyGpuWarning(UserWarning):
+    """Something will render, but probably not as meant; the message says what to change."""
+
+
 def check_tensor(where: str, name: str, value: Any) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise PyGpuTypeError(f"{where}: `{name}` must be a torch.Tensor, got {type(value).__name__}")

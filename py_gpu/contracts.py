@@ -194,6 +194,10 @@ class Fragments:
             center to the face's nearest edge, negative outside. ``None`` in hard mode.
         screen_bary: float ``[B, H, W, K, 3]`` affine (screen-space) barycentrics, when they differ
             from ``bary`` (clip-space input); ``None`` otherwise.
+        alpha: float ``[B, H, W, 1]`` soft mode only: the soft silhouette ``1 - prod(1 - D)`` over
+            *every* face whose footprint reaches the pixel, not only the K kept ones (so a dense
+            mesh's interior is opaque at any K). Differentiable. ``None`` in hard mode, and for
+            fragments built by hand (then :func:`py_gpu.shading.blend.silhouette` uses the K slots).
     """
 
     face_index: torch.Tensor
@@ -201,6 +205,7 @@ class Fragments:
     depth: torch.Tensor
     dist: torch.Tensor | None = None
     screen_bary: torch.Tensor | None = None
+    alpha: torch.Tensor | None = None
 
     @property
     def size(self) -> tuple[int, int]:
@@ -223,7 +228,8 @@ class Fragments:
         return cls(torch.full(shape, -1, dtype=torch.int64, device=device),
                    torch.zeros(*shape, 3, dtype=dtype, device=device),
                    torch.full(shape, float("inf"), dtype=dtype, device=device),
-                   torch.zeros(shape, dtype=dtype, device=device) if soft else None)
+                   torch.zeros(shape, dtype=dtype, device=device) if soft else None, None,
+                   torch.zeros(*shape[:3], 1, dtype=dtype, device=device) if soft else None)
 
 
 @dataclass(frozen=True, eq=False)

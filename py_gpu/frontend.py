@@ -20,13 +20,14 @@ import threading
 
 import torch
 
-from ._check import PyGpuTypeError, check_rgb, check_size
+from ._check import PyGpuTypeError, check_rgb, check_size, checks_enabled
 from ._runtime import cpu_threads
 from .backends import Backend, create_backend
 from .contracts import Fragments, Frame, TriangleBatch
 from .image import quantize
 from .raster.clip import ClipResult, clip_batch
 from .settings import BlendSettings, RasterSettings, resolve_settings
+from .shading.blend import check_depth_range
 from .shading.composite import shade_fragments
 from .shading.interpolate import interpolate
 
@@ -130,6 +131,18 @@ def _render_rgb8(backend: Backend, batch: TriangleBatch, size, background,
     return quantize(shade_fragments(_on(batch, frags), frags, background, settings, BlendSettings()).image.detach()[..., :3])
 
 
+def _check_soft_range(batch: TriangleBatch, blend: BlendSettings, where: str) -> None:
+    """Warn once when explicit soft-blend ``znear``/``zfar`` miss some vertex depths (``z``, or
+    ``z/w`` of the vertices in front of the camera)."""
+    v = batch.vertices.detach()
+    if batch.is_clip_space:
+        w = v[..., 3]
+        depth = (v[..., 2] / w)[w > 0]
+    else:
+        depth = v[..., 2]
+    check_depth_range(depth, blend, where)
+
+
 def _on(batch: TriangleBatch, frags: Fragments) -> TriangleBatch:
     """``batch`` on the fragments' device (a backend with its own device renders there)."""
     device = frags.face_index.device
@@ -182,6 +195,7 @@ def render(
     memory_budget: int | None = None,
     znear: float | None = None,
     zfar: float | None = None,
+    composite: str | None = None,
     settings: RasterSettings | None = None,
     blend: BlendSettings | None = None,
 ) -> Frame:
@@ -190,15 +204,22 @@ def render(
     With the torch backend ``Frame.image`` is differentiable with respect to vertex positions
     and colors (and, in soft mode, through silhouettes and depth order). ``background`` is float
     RGB in [0, 1]. ``sigma``, ``faces_per_pixel``, ``cull_backfaces`` and ``memory_budget``
-    override ``settings`` (a ``RasterSettings``); ``gamma``, ``znear`` and ``zfar`` override
-    ``blend`` (a ``BlendSettings``).
+    override ``settings`` (a ``RasterSettings``); ``gamma``, ``znear``, ``zfar`` and ``composite``
+    override ``blend`` (a ``BlendSettings``).
+
+    In soft mode ``Frame.alpha`` is the soft silhouette over every face reaching a pixel, and
+    ``Frame.image`` is by default (``composite="over"``) the faces' blended color composited with
+    that alpha over the background; ``composite="softras"`` gives SoftRas' and PyTorch3D's form.
+    Depth is normalized automatically unless ``znear``/``zfar`` are given (see ``BlendSettings``).
     """
     where = "render"
     s, b = resolve_settings(where, settings, blend, mode=mode, sigma=sigma, gamma=gamma,
                             faces_per_pixel=faces_per_pixel, cull_backfaces=cull_backfaces,
-                            memory_budget=memory_budget, znear=znear, zfar=zfar)
+                            memory_budget=memory_budget, znear=znear, zfar=zfar, composite=composite)
     be = resolve_backend(where, backend)
     tb = _batch(where, batch)
+    if s.mode == "soft" and not b.auto_range and checks_enabled():
+        _check_soft_range(tb, b, where)
     size = check_size(where, size)
     bg = check_rgb(where, "background", background, scale=1.0)
     with cpu_threads(tb.device, tb.batch_size * size[0] * size[1]):

@@ -84,30 +84,54 @@ class RasterSettings(_WithMixin):
 
 @dataclass(frozen=True)
 class BlendSettings(_WithMixin):
-    """Soft color blending settings (SoftRas eq. 6, PyTorch3D's ``softmax_rgb_blend`` form).
+    """Soft color blending settings (SoftRas eq. 6).
 
     Attributes:
-        gamma: temperature of the softmax over depth. Default 1e-4 (SoftRas' value, for depth
-            normalized to [0, 1] between ``znear`` and ``zfar``).
-        znear, zfar: the depth range mapped to [0, 1] for blending. Defaults 0 and 1 match
-            clip-space ``z/w`` produced by ``py_gpu.camera`` and screen depth in [0, 1]; set them
-            to your scene's range for other depths.
-        background_epsilon: weight of the background term in the softmax. Default 1e-10.
+        gamma: temperature of the softmax over normalized depth. Default 1e-4 (SoftRas' value).
+        znear, zfar: the depth range mapped to normalized depth 1 (near) .. 0 (far). ``None``
+            (default) chooses it so that it cannot go wrong: clip-space input uses ``z/w`` in
+            ``[0, 1]``; screen-space input uses the range each batch element actually has
+            (detached), ``znear`` its nearest vertex and ``zfar`` its farthest plus its depth
+            extent, so its faces span normalized depth ``[0.5, 1]`` whatever the unit.
+            Explicit values are used as given; a face outside them gets a one-time warning.
+        composite: how the soft ``Frame.image`` is formed. ``"over"`` (default): the faces'
+            softmax-blended color composited with the soft silhouette ``alpha`` over the
+            background, ``alpha * color + (1 - alpha) * background``, so the image fades with
+            ``alpha`` across every silhouette edge. ``"softras"``: SoftRas' and PyTorch3D's
+            ``softmax_rgb_blend`` form, where the background is one more softmax term of weight
+            ``background_epsilon``; its image has no silhouette gradient where one face is in front.
+        background_epsilon: weight of the background term in the ``"softras"`` form. Default 1e-10.
     """
 
     gamma: float = 1e-4
-    znear: float = 0.0
-    zfar: float = 1.0
+    znear: float | None = None
+    zfar: float | None = None
+    composite: str = "over"
     background_epsilon: float = 1e-10
 
     def __post_init__(self) -> None:
         where = "BlendSettings"
         for name in ("gamma", "background_epsilon"):
             _check_number(where, name, getattr(self, name), positive=True)
-        for name in ("znear", "zfar"):
-            _check_number(where, name, getattr(self, name), positive=False)
-        if not self.zfar > self.znear:
-            raise PyGpuValueError(f"{where}: need znear < zfar, got znear={self.znear}, zfar={self.zfar}")
+        if (self.znear is None) != (self.zfar is None):
+            raise PyGpuValueError(f"{where}: give both `znear` and `zfar`, or neither (automatic range); "
+                                  f"got znear={self.znear}, zfar={self.zfar}")
+        if self.znear is not None:
+            for name in ("znear", "zfar"):
+                _check_number(where, name, getattr(self, name), positive=False)
+            if not self.zfar > self.znear:
+                raise PyGpuValueError(f"{where}: need znear < zfar, got znear={self.znear}, zfar={self.zfar}")
+        if self.composite not in COMPOSITES:
+            raise PyGpuValueError(f"{where}: `composite` must be one of {COMPOSITES}, got {self.composite!r}")
+
+    @property
+    def auto_range(self) -> bool:
+        """Whether the depth range is chosen per call (``znear = zfar = None``)."""
+        return self.znear is None
+
+
+#: The soft image forms of ``BlendSettings.composite``.
+COMPOSITES = ("over", "softras")
 
 
 def resolve_settings(where: str, settings, blend, **overrides) -> tuple[RasterSettings, BlendSettings]:

@@ -61,8 +61,10 @@ def soft(**kw) -> RasterSettings:
     return RasterSettings(**base)
 
 
-def blending(gamma: float = 0.1) -> BlendSettings:
-    return BlendSettings(gamma=gamma)
+def blending(gamma: float = 0.1, composite: str = "over") -> BlendSettings:
+    """Blend settings with the fixed depth range [0, 1] (the random scenes' depths lie in it), so
+    that finite differences of depth do not move the (detached) automatic range."""
+    return BlendSettings(gamma=gamma, znear=0.0, zfar=1.0, composite=composite)
 
 
 def assert_fragments_match(a, b, tol=TOL) -> None:
@@ -188,9 +190,9 @@ def test_work_is_bounded_by_footprints_and_budget(monkeypatch, device):
     seen = []
     original = torch_soft._chunk
 
-    def spy(tri, face, row, col0, span_w, wmax, *rest):
+    def spy(tri, face, row, col0, span_w, wmax, *rest, **kw):
         seen.append((face.numel() * wmax, int(span_w.sum())))
-        return original(tri, face, row, col0, span_w, wmax, *rest)
+        return original(tri, face, row, col0, span_w, wmax, *rest, **kw)
 
     monkeypatch.setattr(torch_soft, "_chunk", spy)
     batch = mesh_fixture("icosphere", 1280, 64, 64, dtype=torch.float32, device=device)
@@ -233,27 +235,39 @@ def test_empty_scene_and_culling(device):
 # ---- blending formulas -------------------------------------------------------------------------
 def test_blend_formulas_written_out(device):
     batch = random_scene(5, colors="face", device=device)
-    s, bs = soft(), blending(0.05)
+    F = batch.num_faces
+    s, bg_rgb = soft(faces_per_pixel=F), (0.1, 0.2, 0.3)  # K = F: every reaching face is kept
     frags = rasterize_soft(batch, (12, 16), s)
     m = frags.mask
     D = torch.where(m, torch.sigmoid(frags.dist / s.sigma), torch.zeros_like(frags.dist))
     alpha = 1 - torch.prod(1 - D, dim=-1)
-    frame = render_soft(batch, (12, 16), background=(0.1, 0.2, 0.3), settings=s, blend_settings=bs)
-    assert torch.allclose(frame.alpha[..., 0], alpha, atol=1e-12)
     assert torch.allclose(silhouette(frags, s)[..., 0], alpha, atol=1e-12)
-    # PyTorch3D's softmax_rgb_blend, spelled out with exp
-    eps = bs.background_epsilon
+    col = batch.face_colors[0][frags.face_index.clamp(min=0)] * m[..., None]
+    bg = torch.tensor(bg_rgb, dtype=torch.float64, device=device)
+    # the default "over" form: the faces' softmax color, composited with alpha over the background
+    bs = blending(0.05)
+    frame = render_soft(batch, (12, 16), background=bg_rgb, settings=s, blend_settings=bs)
+    assert torch.allclose(frame.alpha[..., 0], alpha, atol=1e-12)
     z = torch.where(m, (bs.zfar - frags.depth) / (bs.zfar - bs.znear), torch.zeros_like(D))
+    e = D * torch.exp(z / bs.gamma)
+    surface = (e[..., None] * col).sum(-2) / e.sum(-1, keepdim=True).clamp(min=1e-300)
+    image = alpha[..., None] * surface + (1 - alpha[..., None]) * bg
+    assert torch.allclose(frame.image, image, atol=1e-12)
+    # PyTorch3D's softmax_rgb_blend ("softras"), spelled out with exp
+    bs = blending(0.05, composite="softras")
+    frame = render_soft(batch, (12, 16), background=bg_rgb, settings=s, blend_settings=bs)
+    eps = bs.background_epsilon
     z_max = z.amax(-1, keepdim=True).clamp(min=eps)
     w = D * torch.exp((z - z_max) / bs.gamma)
     delta = torch.clamp(torch.exp((eps - z_max) / bs.gamma), min=eps)
-    col = batch.face_colors[0][frags.face_index.clamp(min=0)] * m[..., None]
-    bg = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64, device=device)
     image = ((w[..., None] * col).sum(-2) + delta * bg) / (w.sum(-1, keepdim=True) + delta)
     assert torch.allclose(frame.image, image, atol=1e-12)
     weights, w_bg = blend_weights(frags, s, bs)
     assert torch.allclose(weights.sum(-1) + w_bg, torch.ones_like(w_bg))
     assert frame.image.device.type == weights.device.type == device.type
+    # alpha does not depend on K: with one slot it is still the product over every face
+    one = render_soft(batch, (12, 16), settings=soft(faces_per_pixel=1), blend_settings=bs)
+    assert torch.allclose(one.alpha[..., 0], alpha, atol=1e-12)
 
 
 def test_nearest_covering_face_and_depth(device):
@@ -354,7 +368,8 @@ def test_public_render_and_rasterize_route_to_soft_mode(device):
     batch = random_scene(8, colors="vertex", device=device)
     kw = dict(sigma=1.5, faces_per_pixel=4)
     s = soft(**kw)
-    frame = py_gpu.render(batch, (12, 16), mode="soft", background=(0.1, 0.2, 0.3), gamma=0.05, **kw)
+    frame = py_gpu.render(batch, (12, 16), mode="soft", background=(0.1, 0.2, 0.3), gamma=0.05, znear=0.0, zfar=1.0,
+                          **kw)
     ref = render_soft(batch, (12, 16), background=(0.1, 0.2, 0.3), settings=s, blend_settings=blending(0.05))
     assert frame.image.device.type == device.type
     for a, b in [(frame.image, ref.image), (frame.alpha, ref.alpha)]:
@@ -370,7 +385,7 @@ def test_public_render_soft_gradcheck(device):
 
     def fn(v, c):
         fr = py_gpu.render(TriangleBatch(v, faces, vertex_colors=c), (4, 5), mode="soft", sigma=3.0, gamma=0.2,
-                           faces_per_pixel=2, settings=RasterSettings(cutoff=1e-30))
+                           znear=0.0, zfar=1.0, faces_per_pixel=2, settings=RasterSettings(cutoff=1e-30))
         return fr.image, fr.alpha
 
     torch.autograd.gradcheck(fn, (batch.vertices.clone().requires_grad_(True), batch.vertex_colors.clone().requires_grad_(True)),

@@ -238,9 +238,9 @@ def test_span_chunks_fit_the_plan(monkeypatch):
     seen = []
     original = torch_soft._chunk
 
-    def spy(tri, face, row, col0, span_w, wmax, *rest):
+    def spy(tri, face, row, col0, span_w, wmax, *rest, **kw):
         seen.append(face.numel() * wmax)
-        return original(tri, face, row, col0, span_w, wmax, *rest)
+        return original(tri, face, row, col0, span_w, wmax, *rest, **kw)
 
     monkeypatch.setattr(torch_soft, "_chunk", spy)
     batch = mesh_fixture("icosphere", 1280, 64, 64, dtype=torch.float32)

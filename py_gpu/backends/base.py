@@ -157,7 +157,7 @@ def to_device(result, device: torch.device):
             return result
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Fragments(move(result.face_index), move(result.bary), move(result.depth), move(result.dist),
-                         move(result.screen_bary))
+                         move(result.screen_bary), move(result.alpha))
     if result.image.device == device:
         return result
     return Frame(result.image.to(device), result.alpha.to(device), result.depth.to(device),

@@ -262,7 +262,7 @@ def unclip_fragments(fragments: Fragments, result: ClipResult) -> Fragments:
 
     ``face_index`` becomes the input face (-1 stays -1) and ``bary`` the perspective-correct
     weights of the input face's corners (``bary @ weights``), so per-vertex attributes of the
-    original mesh can be interpolated directly. ``depth`` and ``dist`` are unchanged;
+    original mesh can be interpolated directly. ``depth``, ``dist`` and ``alpha`` are unchanged;
     ``screen_bary`` is dropped (it is affine in the clipped triangle only). Differentiable.
     """
     face = fragments.face_index  # [B, H, W, K]
@@ -281,4 +281,4 @@ def unclip_fragments(fragments: Fragments, result: ClipResult) -> Fragments:
     idx = pad_face.reshape(B, -1)[..., None, None].expand(-1, -1, 3, 3)
     wsel = torch.gather(w, 1, idx).reshape(*face.shape, 3, 3)  # [B, H, W, K, 3, 3]
     bary = (fragments.bary.unsqueeze(-1) * wsel).sum(-2)
-    return Fragments(orig, bary, fragments.depth, fragments.dist, None)
+    return Fragments(orig, bary, fragments.depth, fragments.dist, None, fragments.alpha)

@@ -2,7 +2,7 @@
 
 Every face is evaluated at every pixel (an ``[B, F, H*W]`` tensor), with autograd on; no binning,
 no chunking, no per-chunk top-K. The faces reaching a pixel (``dist >= -blur_radius^2``) are then
-fully sorted by ``(depth, face)`` and the first K are returned. Only for small scenes: memory is
+fully sorted by ``(depth, face)`` and the first K are returned; ``alpha`` is summed over all of them. Only for small scenes: memory is
 ``O(B * F * H * W)``.
 """
 
@@ -52,6 +52,9 @@ def rasterize_soft_oracle(batch: TriangleBatch, size, settings: RasterSettings |
         bary = q / q.sum(dim=-1, keepdim=True)
     r = s.blur_radius
     reach = (dist.detach() >= -(r * r)) & faces_kept(screen.detach(), batch.faces, s.cull_backfaces)[..., None]
+    # the silhouette over every reaching face: sum log(1 - D) over F
+    log_miss = torch.where(reach, torch.nn.functional.logsigmoid(-dist / s.sigma), torch.zeros_like(dist)).sum(1)
+    alpha = (1.0 - torch.exp(log_miss)).reshape(B, height, width, 1)
     # sort all faces per pixel by (depth, face): faces are in index order, so a stable sort on depth
     key = torch.where(reach, depth.detach(), torch.full_like(depth, math.inf))  # [B, F, P]
     order = torch.sort(key, dim=1, stable=True).indices  # [B, F, P]
@@ -80,4 +83,5 @@ def rasterize_soft_oracle(batch: TriangleBatch, size, settings: RasterSettings |
         depth=pick(depth, math.inf),
         dist=pick(dist, 0.0),
         screen_bary=pick(lam, 0.0) if batch.is_clip_space else None,
+        alpha=alpha,
     )

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+import torch.nn.functional as nnf
 
 from .._check import MemoryBudgetError, PyGpuTypeError, check_size
 from ..contracts import Fragments, TriangleBatch
@@ -61,7 +62,7 @@ __all__ = ["rasterize_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_ti
            "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
 
 
-def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor):
+def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False):
     """Soft-raster quantities of triangles at sample points (shared by every soft path).
 
     Args:
@@ -75,6 +76,8 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor):
         lam: float ``[..., 3]`` affine barycentrics, clamped to >= 0 and renormalized to sum to 1
             (identity inside the face; the nearest point's weights outside, as SoftRas does).
         depth: float ``[...]`` depth interpolated with ``lam``.
+
+    With ``dist_only``, only ``dist`` is returned.
 
     Degenerate (zero-area) triangles give finite garbage; callers drop them first.
     """
@@ -100,6 +103,8 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor):
 
     d2 = torch.minimum(torch.minimum(seg2(x0, y0, x1, y1), seg2(x1, y1, x2, y2)), seg2(x2, y2, x0, y0))
     dist = torch.where(inside, d2, -d2)
+    if dist_only:
+        return dist
     c0, c1, c2 = l0.clamp(min=0.0), l1.clamp(min=0.0), l2.clamp(min=0.0)
     total = c0 + c1 + c2  # >= 1 because l0 + l1 + l2 == 1
     c0, c1, c2 = c0 / total, c1 / total, c2 / total
@@ -310,7 +315,8 @@ def rasterize_soft(batch: TriangleBatch, size, settings: RasterSettings | None =
         ``face_index`` int64 ``[B, H, W, K]`` (-1 padded), ``bary`` ``[B, H, W, K, 3]``
         (clamped as in :func:`soft_geometry`, then perspective-correct for clip-space input),
         ``depth`` ``[B, H, W, K]`` (+inf where empty), ``dist`` ``[B, H, W, K]`` signed squared
-        distance in px^2 (0 where empty), and ``screen_bary`` for clip-space input.
+        distance in px^2 (0 where empty), ``alpha`` ``[B, H, W, 1]``, the soft silhouette over
+        every face reaching the pixel (not only the K kept), and ``screen_bary`` for clip-space input.
         Float tensors are differentiable with respect to ``batch.vertices``. The work runs in
         tiles that fit ``settings.memory_budget``; the returned tensors come on top of it.
 
@@ -329,25 +335,26 @@ def rasterize_soft(batch: TriangleBatch, size, settings: RasterSettings | None =
     floats = 5 + (3 if clip else 0)  # bary, depth, dist (and screen_bary) per slot
     plan = plan_tiles(where, batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=K, dtype=dtype,
                       budget=s.memory_budget, slot_bytes=gather_bytes_per_slot(dtype, clip),
-                      returned=B * height * width * K * (8 + floats * _item(dtype)))
+                      returned=B * height * width * (K * (8 + floats * _item(dtype)) + _item(dtype)))
     screen = batch.screen_vertices((height, width))  # [B, V, 3], differentiable
     w = batch.vertices[..., 3] if clip else None  # [B, V]
     faces = batch.faces
+    select = FaceSelector(screen.detach(), faces, (height, width), s, plan)
 
     def tile(t: tuple, fi: torch.Tensor, scr: torch.Tensor, wb: torch.Tensor | None):
         fr = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
-        return (fr.bary, fr.depth, fr.dist) + ((fr.screen_bary,) if clip else ())
+        alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
+        return (fr.bary, fr.depth, fr.dist, alpha) + ((fr.screen_bary,) if clip else ())
 
     dev = batch.device
     shape = (B, height, width, K)
     outputs = [torch.empty(*shape, 3, dtype=dtype, device=dev), torch.empty(shape, dtype=dtype, device=dev),
-               torch.empty(shape, dtype=dtype, device=dev)]
+               torch.empty(shape, dtype=dtype, device=dev), torch.empty(B, height, width, 1, dtype=dtype, device=dev)]
     if clip:
         outputs.append(torch.empty(*shape, 3, dtype=dtype, device=dev))
     face_index = torch.empty(shape, dtype=torch.int64, device=dev)
-    select = FaceSelector(screen.detach(), faces, (height, width), s, plan)
     out = TileLoop(plan, select, tile, outputs, index_out=face_index)(screen, w)
-    return Fragments(face_index, out[0], out[1], out[2], out[3] if clip else None)
+    return Fragments(face_index, out[0], out[1], out[2], out[4] if clip else None, out[3])
 
 
 # ---- steps 1-3: selection (no autograd) -----------------------------------------------------------
@@ -372,6 +379,7 @@ class FaceSelector:
                  plan: SoftPlan):
         self.screen, self.faces, self.size, self.settings, self.plan = screen, faces, size, settings, plan
         self._element: tuple[int, tuple] | None = None
+        self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
 
     def release(self) -> None:
         """Drop the cached face table."""
@@ -402,44 +410,73 @@ class FaceSelector:
         live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids, ascending
         return tri, live, r0[live], r1[live], c0[live], c1[live]
 
+    def spans(self, tile: Tile):
+        """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, wmax)`` of at
+        most ``plan.max_frags`` candidates: ``[S]`` spans of ``span_w`` pixels from ``(row, col0)``
+        of face ``face``, evaluated as one dense ``[S, wmax]`` block; ``tri`` is the element's
+        (detached) face table. Steps 1-2 of the module docstring; shared by the selection and by
+        the silhouette's backward pass."""
+        b, row0, row1, col0, col1 = tile
+        if self.faces.shape[0] == 0:
+            return
+        tri, live, f_r0, f_r1, f_c0, f_c1 = self._table(b)
+        # 1. bin: the live faces whose grown box reaches the tile
+        near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
+        if near.numel() == 0:
+            return
+        top = f_r0[near].clamp(min=row0)
+        n_rows = f_r1[near].clamp(max=row1 - 1) - top + 1
+        left = f_c0[near].clamp(min=col0)
+        n_cols = f_c1[near].clamp(max=col1 - 1) - left + 1
+        face = live[near]
+        # groups of faces (in face order) with at most max_spans spans each; a face has <= rows spans
+        ends = torch.cumsum(n_rows, 0)
+        lo, n = 0, face.numel()
+        bounds = ends.tolist()
+        while lo < n:
+            done = bounds[lo - 1] if lo else 0
+            hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
+            yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi])
+            lo = hi
+
     @torch.no_grad()
-    def __call__(self, tile: tuple[int, int, int, int, int]) -> torch.Tensor:
+    def __call__(self, tile: Tile) -> torch.Tensor:
         b, row0, row1, col0, col1 = tile
         s = self.settings
         K = s.faces_per_pixel
         device = self.screen.device
         rows, width = row1 - row0, col1 - col0
         best_face = torch.full((rows * width, K), -1, dtype=torch.int64, device=device)
-        if self.faces.shape[0] == 0:
-            return best_face.view(rows, width, K)
-        tri, live, f_r0, f_r1, f_c0, f_c1 = self._table(b)
-        # 1. bin: the live faces whose grown box reaches the tile; their spans are cut in _group
-        near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
-        if near.numel() == 0:
-            return best_face.view(rows, width, K)
-        top = f_r0[near].clamp(min=row0)
-        n_rows = f_r1[near].clamp(max=row1 - 1) - top + 1
-        left = f_c0[near].clamp(min=col0)
-        n_cols = f_c1[near].clamp(max=col1 - 1) - left + 1
-        face = live[near]
-        best_depth = torch.full((rows * width, K), math.inf, dtype=tri.dtype, device=device)
+        best_depth = torch.full((rows * width, K), math.inf, dtype=self.screen.dtype, device=device)
+        log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
-        # groups of faces (in face order) with at most max_spans spans each; a face has <= rows spans
-        ends = torch.cumsum(n_rows, 0)
-        lo, n = 0, face.numel()
-        while lo < n:
-            done = int(ends[lo - 1]) if lo else 0
-            hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
-            self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi], (row0, col0),
-                        width, reach, best_depth, best_face)
-            lo = hi
+        for tri, face, row, c0, span_w, wmax in self.spans(tile):
+            _chunk(tri, face, row, c0, span_w, wmax, width, reach, K, best_depth, best_face, (row0, col0),
+                   log_miss=log_miss, sigma=s.sigma)
+        if self._log_miss is None:  # one float per pixel of the frame, for the silhouette
+            B = self.screen.shape[0]
+            self._log_miss = torch.zeros(B, *self.size, dtype=self.screen.dtype, device=device)
+        self._log_miss[b, row0:row1, col0:col1] = log_miss.view(rows, width)
         return best_face.view(rows, width, K)
 
-    def _group(self, tri, face, top, n_rows, left, n_cols, origin, width, reach, best_depth, best_face) -> None:
-        """Steps 1-3 for a group of faces reaching a tile: expand them into ``(face, row)`` spans,
-        evaluate the spans in chunks of at most ``plan.max_frags`` candidates, merge into ``best_*``."""
+    def log_miss(self, tile: Tile, screen: torch.Tensor) -> torch.Tensor:
+        """float ``[rows, cols]``: ``sum log(1 - D)`` over every candidate fragment of the tile (the
+        log of the silhouette's miss probability), differentiable with respect to ``screen``
+        (``[V, 3]``, the tile's element). The value is the one the selection computed for this
+        tile (kept for the whole frame, one float per pixel); the backward pass visits the tile's
+        candidates again, one chunk at a time."""
+        b, r0, r1, c0, c1 = tile
+        if self._log_miss is None:  # pragma: no cover - every tile is selected before it is shaded
+            self(tile)
+        value = self._log_miss[b, r0:r1, c0:c1]
+        if not (torch.is_grad_enabled() and screen.requires_grad):
+            return value
+        return _LogMiss.apply(screen, value, self, tile)
+
+    def _group(self, tri, face, top, n_rows, left, n_cols):
+        """Expand a group of faces reaching a tile into ``(face, row)`` spans and yield them in
+        chunks of at most ``plan.max_frags`` candidates (see :meth:`spans`)."""
         device = face.device
-        K = self.settings.faces_per_pixel
         span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, in face order
         first = torch.cumsum(n_rows, 0) - n_rows
         offset = torch.arange(span_face.numel(), device=device) - torch.repeat_interleave(first, n_rows)
@@ -453,20 +490,64 @@ class FaceSelector:
         n_spans = len(widths)
         max_frags = self.plan.max_frags
         start = 0
+        if n_spans and widths[-1] * n_spans <= max_frags:  # one chunk: no reordering needed
+            yield tri, span_face, span_row, span_c0, span_w, widths[-1]
+            return
         while start < n_spans:
             stop = min(n_spans, start + max(1, max_frags // widths[start]))
             while stop - start > 1 and (stop - start) * widths[stop - 1] > max_frags:
                 stop = start + max(1, max_frags // widths[stop - 1])
             ids = torch.sort(order[start:stop]).values  # back to (face, row) order
-            _chunk(tri, span_face[ids], span_row[ids], span_c0[ids], span_w[ids], widths[stop - 1],
-                   width, reach, K, best_depth, best_face, origin)
+            yield tri, span_face[ids], span_row[ids], span_c0[ids], span_w[ids], widths[stop - 1]
             start = stop
 
 
+class _LogMiss(torch.autograd.Function):
+    """``sum log(1 - D)`` per pixel of a tile over all its candidates: the forward value is given
+    (computed by the selection); the backward pass evaluates the candidates again chunk by chunk,
+    so nothing per candidate is kept."""
+
+    @staticmethod
+    def forward(ctx, screen, value, selector, tile):
+        ctx.save_for_backward(screen)
+        ctx.selector, ctx.tile = selector, tile
+        return value.clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (screen,) = ctx.saved_tensors
+        sel: FaceSelector = ctx.selector
+        _, r0, r1, c0, c1 = ctx.tile
+        width = c1 - c0
+        g = grad.reshape(-1)
+        faces, sigma = sel.faces, sel.settings.sigma
+        reach = -(sel.settings.blur_radius ** 2)
+        total = torch.zeros_like(screen)
+        with torch.enable_grad():
+            leaf = screen.detach().requires_grad_(True)
+            for _, face, row, col0, span_w, wmax in sel.spans(ctx.tile):
+                offs = torch.arange(wmax, device=screen.device)
+                cols = col0[:, None] + offs[None, :]
+                px = cols.to(screen.dtype) + 0.5
+                py = (row.to(screen.dtype) + 0.5)[:, None]
+                corner = faces.index_select(0, face).reshape(-1)
+                tri = leaf.index_select(0, corner).view(-1, 1, 3, 3)
+                dist = soft_geometry(tri, px, py, dist_only=True)
+                ok = (offs[None, :] < span_w[:, None]) & (dist.detach() >= reach)
+                pix = ((row - r0)[:, None] * width + (cols - c0)).clamp(0, g.numel() - 1)
+                weight = torch.where(ok, g[pix], torch.zeros((), dtype=g.dtype, device=g.device))
+                lm = nnf.logsigmoid(-dist / sigma)
+                total += torch.autograd.grad((lm * weight).sum(), leaf)[0]
+        return total, None, None, None
+
+
 def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K: int,
-           best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0)) -> None:
+           best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0), *,
+           log_miss: torch.Tensor | None = None, sigma: float = 1.0) -> None:
     """Evaluate one chunk of spans densely and merge its per-pixel top-K into ``best_*``, the
-    ``[rows * width, K]`` buffers of the tile whose top-left pixel is ``origin = (row, col)``."""
+    ``[rows * width, K]`` buffers of the tile whose top-left pixel is ``origin = (row, col)``; add
+    every reached fragment's ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given."""
     device, dtype = tri.device, tri.dtype
     offs = torch.arange(wmax, device=device)  # [Wmax]
     cols = col0[:, None] + offs[None, :]  # [S, Wmax]
@@ -477,6 +558,8 @@ def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K:
     pix = ((row - origin[0])[:, None] * width + (cols - origin[1]))[ok]  # [N] tile pixels, in face order
     fid = face[:, None].expand_as(cols)[ok]
     z = depth[ok]
+    if log_miss is not None:
+        log_miss.index_add_(0, pix, nnf.logsigmoid(dist[ok] / -sigma))
     del dist, depth, px, cols
     if pix.numel() == 0:
         return

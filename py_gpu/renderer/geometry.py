@@ -122,4 +122,4 @@ def _cast(frags: Fragments, device, dtype) -> Fragments:
         return frags
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
     return Fragments(frags.face_index.to(device), cast(frags.bary), cast(frags.depth), cast(frags.dist),
-                     cast(frags.screen_bary))
+                     cast(frags.screen_bary), cast(frags.alpha))

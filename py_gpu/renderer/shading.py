@@ -15,6 +15,7 @@ from .._check import PyGpuValueError
 from ..contracts import Fragments, Frame
 from ..mesh import face_normals
 from ..settings import BlendSettings, RasterSettings
+from ..shading.blend import depth_range
 from ..shading.composite import at_slot, composite_hard, composite_soft
 from ..shading.interpolate import gather_face, interpolate_vertex
 from ..shading.lights import Material, gamma_encode, shade
@@ -172,8 +173,9 @@ def _sample(tex, uv: torch.Tensor, filt: str, wrap: str, kw: dict) -> torch.Tens
 def composite(color: torch.Tensor, frags: Fragments, background, settings: RasterSettings,
               blend: BlendSettings) -> tuple[Frame, torch.Tensor]:
     """The frame (hard: nearest fragment; soft: blended) and the slot each pixel's attachments come from."""
-    if settings.mode == "soft":
-        return composite_soft(color, frags, background, settings, blend)
+    if settings.mode == "soft":  # camera output is clip space: depth z/w (or the explicit range)
+        zrange = depth_range(frags.depth, blend, clip_space=True)
+        return composite_soft(color, frags, background, settings, blend, zrange)
     frame = composite_hard(color, frags, background)
     return frame, torch.zeros_like(frame.face_index)
 

@@ -3,36 +3,43 @@
 With ``D_k = sigmoid(dist_k / sigma)`` the soft coverage of the k-th kept face at a pixel
 (``dist`` in px^2, positive inside, ``sigma`` in px^2):
 
-- **silhouette** (SoftRas eq. 4): ``alpha = 1 - prod_k (1 - D_k)``, evaluated as
-  ``1 - exp(sum_k logsigmoid(-dist_k / sigma))`` so it stays exact when some ``D_k`` round to 1.
-- **color** (SoftRas eq. 6, in PyTorch3D's ``softmax_rgb_blend`` form): depths are normalized to
-  ``z_k = (zfar - depth_k) / (zfar - znear)`` (1 at ``znear``, 0 at ``zfar``), then with
-  ``z_max = max(max_k z_k, eps)``
+- **silhouette** (SoftRas eq. 4): ``alpha = 1 - prod_f (1 - D_f)`` over every face ``f`` whose
+  footprint reaches the pixel (``Fragments.alpha``, computed by the rasterizer); for fragments
+  without it, over the K kept slots. Evaluated as ``1 - exp(sum logsigmoid(-dist / sigma))``, so
+  it stays exact when some ``D`` round to 1.
+- **normalized depth**: ``z_k = (zfar - depth_k) / (zfar - znear)``, 1 near and 0 far, with the
+  range of :func:`depth_range` (automatic unless ``BlendSettings`` gives one).
+- **color**, ``BlendSettings.composite``:
 
-      w_k  = D_k * exp((z_k - z_max) / gamma)
-      w_bg = max(exp((eps - z_max) / gamma), eps)
-      image = (sum_k w_k * color_k + w_bg * background) / (sum_k w_k + w_bg)
+  - ``"over"`` (default): the kept faces' softmax ``w_k = D_k exp(z_k / gamma) / sum_j D_j exp(z_j / gamma)``
+    gives the surface color ``c = sum_k w_k color_k``, composited with the silhouette:
+    ``image = alpha * c + (1 - alpha) * background``.
+  - ``"softras"`` (SoftRas eq. 6, in PyTorch3D's ``softmax_rgb_blend`` form): with
+    ``z_max = max(max_k z_k, eps)`` and ``eps = background_epsilon``,
 
-  where ``eps = background_epsilon``. Small ``gamma`` lets the nearest face dominate; large
-  ``gamma`` mixes faces. The normalization is done as one softmax over ``K + 1`` logits
-  (``log D_k = logsigmoid(dist_k / sigma)``), which is the same ratio without overflow.
+        w_k  = D_k * exp((z_k - z_max) / gamma)
+        w_bg = max(exp((eps - z_max) / gamma), eps)
+        image = (sum_k w_k * color_k + w_bg * background) / (sum_k w_k + w_bg)
 
-Defaults: ``RasterSettings`` (``sigma = 1`` px^2, ``faces_per_pixel = 8``, ``cutoff = 1e-4``) and
-``BlendSettings`` (``gamma = 1e-4``, ``znear = 0``, ``zfar = 1``, ``background_epsilon = 1e-10``).
+  Both are evaluated as a softmax over logits ``logsigmoid(dist_k / sigma) + z_k / gamma``,
+  which is the same ratio without overflow. Small ``gamma`` lets the nearest face dominate;
+  large ``gamma`` mixes faces.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as nnf
 
-from .._check import PyGpuTypeError
+from .._check import PyGpuTypeError, PyGpuWarning
 from ..contracts import Fragments
 from ..settings import BlendSettings, RasterSettings
 
-__all__ = ["coverage", "silhouette", "blend_weights", "blend", "nearest_covering"]
+__all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weights", "blend", "nearest_covering",
+           "check_depth_range"]
 
 
 def _scaled(frags: Fragments, sigma: float) -> torch.Tensor:
@@ -49,14 +56,82 @@ def coverage(frags: Fragments, sigma: float) -> torch.Tensor:
 
 
 def silhouette(frags: Fragments, settings: RasterSettings) -> torch.Tensor:
-    """float ``[B, H, W, 1]``: soft silhouette ``1 - prod_k (1 - D_k)`` over the kept faces."""
+    """float ``[B, H, W, 1]``: soft silhouette ``1 - prod (1 - D)``: ``frags.alpha`` (every face
+    reaching the pixel) when the rasterizer computed it, else over the K kept slots."""
+    if frags.alpha is not None:
+        return frags.alpha
     log_miss = nnf.logsigmoid(-_scaled(frags, settings.sigma))  # log(1 - D_k)
     log_miss = torch.where(frags.mask, log_miss, torch.zeros_like(log_miss))
     return (1.0 - torch.exp(log_miss.sum(dim=-1)))[..., None]
 
 
-def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    """Normalized softmax-over-depth weights.
+def depth_range(depth: torch.Tensor, blend_settings: BlendSettings, *, clip_space: bool,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+    """float ``[B, 2]`` ``(znear, zfar)`` per batch element, detached.
+
+    Explicit ``BlendSettings`` values are used as given. Otherwise clip-space input uses ``z/w``
+    in ``[0, 1]``, and screen-space input the range of ``depth`` (float ``[B, ...]``: the batch's
+    vertex depths, or the fragments' with ``mask``): ``znear`` = its minimum, ``zfar`` = its maximum
+    plus its extent (plus 1 when flat), so the element's faces span normalized depth ``[0.5, 1]``
+    and the ``"softras"`` background term never outweighs a face.
+    """
+    B = depth.shape[0]
+    b = blend_settings
+    if not b.auto_range or clip_space:
+        lo, hi = (0.0, 1.0) if b.auto_range else (b.znear, b.zfar)
+        return torch.tensor([[lo, hi]], dtype=depth.dtype, device=depth.device).expand(B, 2)
+    d = depth.detach().reshape(B, -1)
+    if d.shape[1] == 0:
+        return torch.tensor([[0.0, 1.0]], dtype=depth.dtype, device=depth.device).expand(B, 2)
+    if mask is None:
+        mask = torch.isfinite(d)
+    else:
+        mask = mask.reshape(B, -1)
+    lo = torch.where(mask, d, torch.full_like(d, math.inf)).amin(dim=1)
+    hi = torch.where(mask, d, torch.full_like(d, -math.inf)).amax(dim=1)
+    empty = ~torch.isfinite(lo)
+    lo, hi = torch.where(empty, torch.zeros_like(lo), lo), torch.where(empty, torch.zeros_like(hi), hi)
+    span = hi - lo
+    return torch.stack((lo, hi + torch.where(span > 0, span, torch.ones_like(span))), dim=1)
+
+
+_WARNED: set = set()
+
+
+def check_depth_range(depth: torch.Tensor, blend_settings: BlendSettings, where: str) -> None:
+    """Warn once per range when explicit ``znear``/``zfar`` do not hold every vertex depth
+    (float ``[B, V]``): such faces get normalized depth outside ``[0, 1]``, and in the
+    ``"softras"`` form a face beyond ``zfar`` loses to the background."""
+    b = blend_settings
+    if b.auto_range or depth.numel() == 0:
+        return
+    d = depth.detach()
+    lo, hi = float(d.min()), float(d.max())
+    key = (b.znear, b.zfar)
+    if (lo < b.znear or hi > b.zfar) and key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(f"{where}: vertex depths span [{lo:.4g}, {hi:.4g}], outside the soft-blend range "
+                      f"znear={b.znear}, zfar={b.zfar}; faces beyond zfar fade into the background in the "
+                      "'softras' form. Leave znear/zfar unset for the automatic range, or widen them.",
+                      PyGpuWarning, stacklevel=3)
+
+
+def _normalized(frags: Fragments, blend_settings: BlendSettings, zrange: torch.Tensor | None) -> torch.Tensor:
+    """float ``[B, H, W, K]`` normalized depth ``(zfar - depth) / (zfar - znear)``, 0 where empty."""
+    mask = frags.mask
+    depth = torch.where(mask, frags.depth, torch.zeros_like(frags.depth))
+    if zrange is None:
+        zrange = depth_range(frags.depth, blend_settings, clip_space=frags.screen_bary is not None, mask=mask)
+    zrange = zrange.to(depth.dtype)
+    near, far = zrange[:, 0].view(-1, 1, 1, 1), zrange[:, 1].view(-1, 1, 1, 1)
+    return torch.where(mask, (far - depth) / (far - near), torch.zeros_like(depth))
+
+
+def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
+                  zrange: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalized softmax-over-depth weights of the ``"softras"`` form.
+
+    ``zrange``: float ``[B, 2]`` from :func:`depth_range`; None derives it from the fragments.
 
     Returns:
         weights: float ``[B, H, W, K]``, each kept face's share of the pixel color (0 where empty).
@@ -65,8 +140,7 @@ def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: Bl
     mask = frags.mask
     b = blend_settings
     eps, gamma = b.background_epsilon, b.gamma
-    depth = torch.where(mask, frags.depth, torch.zeros_like(frags.depth))
-    z = (b.zfar - depth) / (b.zfar - b.znear)  # [B, H, W, K]
+    z = _normalized(frags, b, zrange)  # [B, H, W, K]
     z_max = torch.where(mask, z, torch.full_like(z, -math.inf)).amax(dim=-1, keepdim=True).clamp(min=eps)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + (z - z_max) / gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
@@ -75,12 +149,31 @@ def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: Bl
     return w[..., :-1], w[..., -1]
 
 
+def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
+                 zrange: torch.Tensor | None = None) -> torch.Tensor:
+    """float ``[B, H, W, K]``: the ``"over"`` form's weights, a softmax over the kept faces only
+    (summing to 1 where any face is kept, 0 elsewhere)."""
+    mask = frags.mask
+    z = _normalized(frags, blend_settings, zrange)
+    logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + z / blend_settings.gamma
+    logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
+    top = logit.amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
+    e = torch.exp(logit - top)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
 def blend(colors: torch.Tensor, frags: Fragments, background: torch.Tensor, settings: RasterSettings,
-          blend_settings: BlendSettings) -> torch.Tensor:
-    """float ``[B, H, W, C]``: softmax-over-depth blend of per-slot ``colors`` ``[B, H, W, K, C]``
-    with ``background``, a float ``[C]`` tensor."""
-    weights, w_bg = blend_weights(frags, settings, blend_settings)
-    return (weights[..., None] * colors).sum(dim=-2) + w_bg[..., None] * background
+          blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> torch.Tensor:
+    """float ``[B, H, W, C]``: the soft image of per-slot ``colors`` ``[B, H, W, K, C]`` over
+    ``background`` (float ``[C]``), in ``blend_settings.composite``'s form."""
+    if blend_settings.composite == "softras":
+        weights, w_bg = blend_weights(frags, settings, blend_settings, zrange)
+        return (weights[..., None] * colors).sum(dim=-2) + w_bg[..., None] * background
+    surface = (face_weights(frags, settings, blend_settings, zrange)[..., None] * colors).sum(dim=-2)
+    alpha = silhouette(frags, settings)
+    return alpha * surface + (1.0 - alpha) * background
 
 
 def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -21,7 +21,7 @@ from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles,
                                  rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
-from .blend import blend, nearest_covering, silhouette
+from .blend import blend, depth_range, nearest_covering, silhouette
 from .interpolate import gather_face, interpolate_vertex
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
@@ -74,14 +74,16 @@ def composite_hard(colors: torch.Tensor, frags: Fragments, background) -> Frame:
 
 
 def composite_soft(colors: torch.Tensor, frags: Fragments, background, settings: RasterSettings,
-                   blend_settings: BlendSettings) -> tuple[Frame, torch.Tensor]:
-    """Softmax-over-depth blend of ``colors`` ``[B, H, W, K, C]`` with the background.
+                   blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> tuple[Frame, torch.Tensor]:
+    """Soft blend of ``colors`` ``[B, H, W, K, C]`` over the background, in ``blend_settings.composite``'s
+    form (``zrange``: float ``[B, 2]`` depth range, see :func:`py_gpu.shading.blend.depth_range`;
+    None derives it from the fragments).
 
     Returns the ``Frame`` (soft silhouette alpha; depth and face of the nearest fragment whose
     face contains the pixel center) and that fragment's slot, int64 ``[B, H, W]``.
     """
     bg = background_tensor(background, colors.shape[-1], colors.dtype, colors.device)
-    image = blend(colors, frags, bg, settings, blend_settings)
+    image = blend(colors, frags, bg, settings, blend_settings, zrange)
     face, depth, slot = nearest_covering(frags)
     return Frame(image=image, alpha=silhouette(frags, settings), depth=depth, face_index=face), slot
 
@@ -116,15 +118,18 @@ def shade_soft(batch: TriangleBatch, frags: Fragments, background, settings: Ras
         b, r0, r1, c0, c1 = t
         return frags.face_index[b, r0:r1, c0:c1]
 
-    def tile(t, fi, bary, depth, dist, screen_bary, vertex_colors, face_colors):
-        part = Fragments(fi[None], bary[None], depth[None], dist[None], screen_bary[None] if clip else None)
+    zrange = _batch_range(batch, frags, blend_settings)
+
+    def tile(t, fi, bary, depth, dist, screen_bary, alpha, vertex_colors, face_colors, zr):
+        part = Fragments(fi[None], bary[None], depth[None], dist[None], screen_bary[None] if clip else None,
+                         None if alpha is None else alpha[None])
         return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
-                           blend_settings)
+                           blend_settings, zr[None])
 
     loop = TileLoop(plan, index, tile, _frame_outputs(B, H, W, C, dtype, frags.face_index.device),
-                    per_pixel=(True, True, True, True))
-    image, alpha, depth, face = loop(frags.bary, frags.depth, frags.dist, frags.screen_bary, batch.vertex_colors,
-                                     batch.face_colors)
+                    per_pixel=(True, True, True, True, True))
+    image, alpha, depth, face = loop(frags.bary, frags.depth, frags.dist, frags.screen_bary, frags.alpha,
+                                     batch.vertex_colors, batch.face_colors, zrange)
     return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
 
 
@@ -155,14 +160,18 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     w = batch.vertices[..., 3] if clip else None  # [B, V]
     faces = batch.faces
 
-    def tile(t, fi, scr, wb, vertex_colors, face_colors):
-        part = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
-        return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
-                           blend_settings)
-
     select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
+    zrange = depth_range(screen[..., 2], blend_settings, clip_space=clip)  # [B, 2], detached
+
+    def tile(t, fi, scr, wb, vertex_colors, face_colors, zr):
+        part = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
+        alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
+        part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary, alpha)
+        return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
+                           blend_settings, zr[None])
+
     loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device))
-    image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors)
+    image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors, zrange)
     return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
 
 
@@ -193,10 +202,17 @@ def _tile_colors(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor |
                         None if face_colors is None else face_colors[None], faces, part)
 
 
+def _batch_range(batch: TriangleBatch, frags: Fragments, blend_settings: BlendSettings) -> torch.Tensor:
+    """float ``[B, 2]`` soft-blend depth range of ``batch`` (see :func:`py_gpu.shading.blend.depth_range`)."""
+    if batch.is_clip_space or not blend_settings.auto_range:
+        return depth_range(frags.depth, blend_settings, clip_space=batch.is_clip_space)
+    return depth_range(batch.vertices[..., 2], blend_settings, clip_space=False)
+
+
 def _blend_tile(colors: torch.Tensor, part: Fragments, background, settings: RasterSettings,
-                blend_settings: BlendSettings) -> tuple[torch.Tensor, ...]:
+                blend_settings: BlendSettings, zrange: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """A tile's ``(image, alpha, depth, face_index)``, each ``[1, rows, W, ...]``."""
-    frame, _ = composite_soft(colors, part, background, settings, blend_settings)
+    frame, _ = composite_soft(colors, part, background, settings, blend_settings, zrange)
     return frame.image, frame.alpha, frame.depth, frame.face_index
 
 
