@@ -26,6 +26,7 @@ DEVICE_TESTS=(
     tests/test_obj_mtl.py
     tests/test_renderer.py
     tests/test_soft.py
+    tests/test_soft_defaults.py
     tests/test_texture.py
     tests/test_torch_hard.py
 )

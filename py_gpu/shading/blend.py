@@ -80,6 +80,8 @@ def depth_range(depth: torch.Tensor, blend_settings: BlendSettings, *, clip_spac
     if not b.auto_range or clip_space:
         lo, hi = (0.0, 1.0) if b.auto_range else (b.znear, b.zfar)
         return torch.tensor([[lo, hi]], dtype=depth.dtype, device=depth.device).expand(B, 2)
+    if depth.numel() == 0:
+        return torch.tensor([[0.0, 1.0]], dtype=depth.dtype, device=depth.device).expand(B, 2)
     d = depth.detach().reshape(B, -1)
     if d.shape[1] == 0:
         return torch.tensor([[0.0, 1.0]], dtype=depth.dtype, device=depth.device).expand(B, 2)

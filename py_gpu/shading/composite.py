@@ -164,7 +164,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     zrange = depth_range(screen[..., 2], blend_settings, clip_space=clip)  # [B, 2], detached
 
     def tile(t, fi, scr, wb, vertex_colors, face_colors, zr):
-        part = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
+        part = gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3]))
         alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
         part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary, alpha)
         return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
@@ -173,6 +173,14 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device))
     image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors, zrange)
     return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
+
+
+def _occupied(face_index: torch.Tensor) -> torch.Tensor:
+    """``face_index`` ``[..., K]`` cut to the slots some pixel uses (at least one): kept faces fill
+    the first slots, and empty slots add nothing to a blend, so the frame is the same while the
+    work follows the deepest pixel's count rather than K."""
+    used = int((face_index >= 0).sum(-1).max()) if face_index.numel() else 0
+    return face_index[..., :max(1, used)]
 
 
 def shade_bytes_per_slot(dtype: torch.dtype, channels: int) -> int:
