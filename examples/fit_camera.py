@@ -5,7 +5,7 @@ camera orbits the origin (``py_gpu.fit.orbit_camera``): the fit optimizes its di
 logarithm), elevation and azimuth, starting 35 degrees of azimuth, 20 degrees of elevation and
 25 % of the distance away from the truth. Estimators:
 
-- ``soft`` (default): ``py_gpu.render(..., mode="soft")``, the loss on ``image * alpha`` and on
+- ``soft`` (default): ``py_gpu.render(..., mode="soft")``, the loss on ``image`` and on
   ``alpha``; the edge width ``sigma`` shrinks from 30 px^2 to 0.5 px^2 (coarse to fine);
 - ``antialias``: hard rasterization, interpolated colors and ``py_gpu.antialias``; both images
   are blurred by a Gaussian whose width shrinks from 8 px to 0 (the same coarse to fine).
@@ -54,13 +54,13 @@ def camera_of(params: torch.Tensor):
 
 
 def render(cam, size: int, estimator: str, positions, faces, colors, *, sigma: float = 0.5, topology=None):
-    """``(image * alpha, alpha)``, float ``[B, H, W, 3]`` and ``[B, H, W, 1]``, over black."""
+    """``(image, alpha)``, float ``[B, H, W, 3]`` and ``[B, H, W, 1]``, over black."""
     clip = cam.world_to_clip(positions)
     cols = colors.expand(clip.shape[0], -1, -1)
     if estimator == "soft":
         frame = py_gpu.render(py_gpu.TriangleBatch(clip, faces, vertex_colors=cols), (size, size), mode="soft",
                               sigma=sigma)
-        return frame.image * frame.alpha, frame.alpha
+        return frame.image, frame.alpha
     frags = py_gpu.rasterize(py_gpu.TriangleBatch(clip, faces), (size, size))
     covered = frags.face_index >= 0
     color = torch.where(covered, py_gpu.interpolate(cols, frags, faces)[..., 0, :], torch.zeros((), device=clip.device))

@@ -7,7 +7,7 @@ positions and the colors. Two estimators give the silhouettes their gradient:
 
 - ``antialias`` (default): hard rasterization, ``py_gpu.interpolate`` of the colors, then
   ``py_gpu.antialias`` (nvdiffrast's recipe);
-- ``soft``: ``py_gpu.render(..., mode="soft")``, with the loss on ``image * alpha``.
+- ``soft``: ``py_gpu.render(..., mode="soft")``, with the loss on ``image`` (alpha-composited).
 
 The metric is the largest distance between a fitted vertex and its target.
 
@@ -50,7 +50,7 @@ def render(positions: torch.Tensor, colors: torch.Tensor, mvp: torch.Tensor, siz
     if estimator == "soft":
         frame = py_gpu.render(py_gpu.TriangleBatch(clip, faces, vertex_colors=cols), (size, size), mode="soft",
                               sigma=sigma)
-        return frame.image * frame.alpha
+        return frame.image  # composited with its soft alpha over black: edges carry gradients
     frags = py_gpu.rasterize(py_gpu.TriangleBatch(clip, faces), (size, size))
     color = py_gpu.interpolate(cols, frags, faces)[..., 0, :]  # [B, H, W, 3]
     color = torch.where(frags.face_index >= 0, color, torch.zeros((), device=color.device))

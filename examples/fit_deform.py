@@ -7,8 +7,8 @@ evenly over the sphere of directions) and adds the regularizers of ``py_gpu.fit`
 uniform Laplacian smoothing and normal consistency. Estimators:
 
 - ``soft`` (default): the soft silhouette ``py_gpu.render(..., mode="soft").alpha``; target
-  silhouettes are rendered with the same settings. ``--faces-per-pixel`` sets K (50 here: see
-  ``SOFT_K``);
+  silhouettes are rendered with the same settings. ``--faces-per-pixel`` sets K (default 8; the
+  silhouette does not depend on it);
 - ``antialias``: the hard coverage mask passed through ``py_gpu.antialias``.
 
 The metric is the silhouette IoU (hard renders) over 8 held-out views.
@@ -33,10 +33,9 @@ HELD_OUT_VIEWS = 8
 VIEWS_PER_STEP = 4
 DISTANCE = 4.2
 FOV = 50.0
-#: soft mode's K for this mesh. Soft alpha is blended over the K nearest faces only, and at the
-#: default K = 8 the faces just outside a pixel push out the one that covers it: the silhouettes
-#: of this 1,280-face sphere come out hollow and the fit falls apart (held-out IoU 0.71 -> 0.37).
-SOFT_K = 50
+#: soft mode's K for this mesh: None keeps the default (8). Soft alpha is the product over every
+#: face reaching a pixel, so K only limits the color blend, which a silhouette fit does not use.
+SOFT_K = None
 #: weights of the regularizers (PyTorch3D's tutorial uses the same kinds of terms)
 W_EDGE, W_LAPLACIAN, W_NORMAL = 1.0, 1.0, 0.01
 
@@ -166,7 +165,7 @@ def _panels(positions, faces, target, camera, size, labels=("estimate", "target"
 
 def _options(parser) -> None:
     parser.add_argument("--estimator", choices=("soft", "antialias"), default="soft")
-    parser.add_argument("--faces-per-pixel", type=int, default=SOFT_K, help=f"soft mode's K (default: {SOFT_K})")
+    parser.add_argument("--faces-per-pixel", type=int, default=SOFT_K, help="soft mode's K (default: RasterSettings' default, 8)")
     parser.add_argument("--sigma", type=float, default=1.0, help="soft edge width, px^2 (default: 1)")
     parser.add_argument("--lr", type=float, default=0.01)
 

@@ -17,7 +17,7 @@ Estimators:
 - ``antialias``: hard rasterization, interpolated colors, ``py_gpu.antialias`` of ``[color,
   coverage]``; the loss compares the two images blurred by a Gaussian whose width falls from
   8 px to 0, and their 2x and 4x downsampled copies (coarse to fine);
-- ``soft``: ``py_gpu.render(..., mode="soft")``, the loss on ``[image * alpha, alpha]``; the edge
+- ``soft``: ``py_gpu.render(..., mode="soft")``, the loss on ``[image, alpha]``; the edge
   width ``sigma`` falls from 16 px^2 to 0.5 px^2 (coarse to fine).
 
 The metric is how many fits end within 2 degrees of their target.
@@ -55,13 +55,13 @@ def mvp_of(rotation: torch.Tensor) -> torch.Tensor:
 def render(rotation: torch.Tensor, size: int, estimator: str, faces, colors, positions, topology=None,
            sigma: float = 0.5) -> torch.Tensor:
     """float ``[B, H, W, 4]``: the RGB cube turned by ``rotation [B, 3, 3]`` over black, and its
-    coverage (``image * alpha`` and ``alpha`` in soft mode)."""
+    coverage (``image``, composited with ``alpha`` over black, and ``alpha`` in soft mode)."""
     clip = transform_points(mvp_of(rotation), positions)  # [B, 8, 4]
     cols = colors.expand(clip.shape[0], -1, -1)
     if estimator == "soft":
         frame = py_gpu.render(py_gpu.TriangleBatch(clip, faces, vertex_colors=cols), (size, size), mode="soft",
                               sigma=sigma)
-        return torch.cat([frame.image * frame.alpha, frame.alpha], -1)
+        return torch.cat([frame.image, frame.alpha], -1)
     frags = py_gpu.rasterize(py_gpu.TriangleBatch(clip, faces), (size, size))
     covered = frags.face_index >= 0
     color = torch.where(covered, py_gpu.interpolate(cols, frags, faces)[..., 0, :], torch.zeros((), device=clip.device))

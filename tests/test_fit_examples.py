@@ -93,7 +93,7 @@ def test_camera_antialias_within_a_degree(recipe, device):
 
 @pytest.mark.slow
 def test_camera_soft_within_a_degree(recipe, device):
-    r = recipe("camera").run(device=device, steps=100, size=24, seed=0, estimator="soft")
+    r = recipe("camera").run(device=device, steps=100, size=32, seed=0, estimator="soft")
     assert r["metric"] < 1.0 and r["distance_error"] < 0.01, r
 
 
