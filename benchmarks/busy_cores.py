@@ -61,6 +61,7 @@ with torch.no_grad():
         for k in range(frames):
             t0 = time.perf_counter(); fn(k); ts.append((time.perf_counter() - t0) * 1000)
         out[name] = sorted(ts)[len(ts) // 2]
+out["threads_after"] = torch.get_num_threads()
 print(json.dumps(out))
 """
 
@@ -117,6 +118,18 @@ def main() -> None:
         lines.append("")
         lines.append(f"{'With' if busy else 'Without'} the busy process, default threads / 1 thread: demo "
                      f"{dflt['demo'] / one['demo']:.2f}x, seed {dflt['seed'] / one['seed']:.2f}x.")
+    quiet = next(g for b, t, g in rows if not b and t == 1)
+    loaded = next(g for b, t, g in rows if b and t == 0)
+    ratio = {name: loaded[name] / quiet[name] for name in ("demo", "seed")}
+    verdict = "within" if max(ratio.values()) <= 1.5 else "NOT within"
+    summary = (f"Default threads with the busy process against 1 thread on quiet cores (target <= 1.5x): demo "
+               f"{ratio['demo']:.2f}x, seed {ratio['seed']:.2f}x, {verdict} the target. torch's own setting after "
+               f"each py_gpu call: {'unchanged' if all(g['threads_after'] == g['threads'] for _, _, g in rows) else 'CHANGED'}.")
+    print(summary)
+    lines += ["", summary, "",
+              "On a shared machine: leave `py_gpu.set_threads` at its default (\"auto\": py_gpu's own calls of up "
+              "to 2^21 pixels run on one thread, larger ones with torch's setting), or set `PY_GPU_THREADS=1` to "
+              "keep every py_gpu call on one thread; `torch.set_num_threads` then only affects your own torch work."]
     Path(args.output).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.output}")
 

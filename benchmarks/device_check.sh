@@ -16,6 +16,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # this list); with PY_GPU_TEST_DEVICES=cuda only their CUDA variants are collected.
 DEVICE_TESTS=(
     tests/test_antialias.py
+    tests/test_syncs.py
     tests/test_camera.py
     tests/test_clip.py
     tests/test_fit.py

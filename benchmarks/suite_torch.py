@@ -86,6 +86,8 @@ def _run(report: Report, quick: bool, threads: int) -> None:
     if not gl:
         t.notes.append(f"moderngl: n/a ({gl_reason})")
 
+    _demo_table(report, quick)
+
     m = report.table(
         "Torch backend (1 thread), exact hard mode: icosphere mesh fixtures at 512x512, vertex colors, "
         "render_frame (ms/frame)",
@@ -112,6 +114,50 @@ def _run(report: Report, quick: bool, threads: int) -> None:
         r.notes.append("peak RSS of a process that only builds the mesh (about 370 MiB) and renders it twice, "
                        "default memory_budget: /proc VmHWM; resource.getrusage in parentheses (on Linux it can "
                        "include the parent's peak, inherited across fork/exec)")
+
+
+#: The demo frame's time at 1 thread before the Renderer shaded only covered fragments and
+#: sampled only the mip levels each fragment blends (docs/benchmarks.md of that version).
+DEMO_BEFORE_MS = "178-240"
+
+
+def _demo_table(report: Report, quick: bool) -> None:
+    """The ``py-gpu demo`` frame (360x240, lit, trilinear textures) on the torch Renderer, 1 thread."""
+    import math
+
+    from py_gpu.demo import checker, rotation_y, stripes, translate
+    from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
+    from py_gpu.shading.texture import Texture
+    from py_gpu.shapes import cube, plane, torus, uv_sphere
+
+    H, W = 240, 360
+    r = py_gpu.Renderer((H, W), backend="torch", background=(0.06, 0.07, 0.1))
+    scene = r.upload([plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),
+                      cube(1.1).transformed(translate(-1.7, -0.25, 0.0)).with_material(1),
+                      uv_sphere(24, 48, 0.7).transformed(translate(0.0, -0.1, -0.6)).with_material(2),
+                      torus(0.55, 0.2, 48, 24).transformed(translate(1.7, -0.1, 0.2)).with_material(2)])
+    textures = [Texture(checker(4, (0.85, 0.85, 0.8), (0.3, 0.32, 0.38))),
+                Texture(checker(2, (0.95, 0.55, 0.2), (0.2, 0.45, 0.9))), Texture(stripes(64))]
+    lights = [AmbientLight(intensity=0.25), DirectionalLight((-0.5, -1.0, -0.4), intensity=0.8),
+              PointLight((0.0, 2.5, 2.5), (1.0, 0.85, 0.7), 3.0, (1.0, 0.0, 0.25))]
+    camera = py_gpu.Camera.perspective((0.0, 2.2, 5.6), (0.0, -0.3, 0.0), fov_y=50.0, aspect=W / H, near=0.1,
+                                       far=50.0)
+    k = [0]
+
+    def frame():
+        k[0] += 1
+        with torch.no_grad():
+            r.render(scene, camera, lights=lights, textures=textures, material=Material(0.35, 48.0),
+                     transforms=rotation_y(2 * math.pi * k[0] / 24), texture_filter="trilinear", gamma=2.2)
+
+    torch.set_num_threads(1)
+    ms = time_call(frame, repeat=5 if quick else 11)
+    t = report.table("Torch Renderer (1 thread): the demo frame, 360x240, 3 lights, trilinear textures (ms/frame)",
+                     ["scene", "faces", "before (ms)", "now (ms)", "target (ms)"])
+    report.add_row(t, ["py-gpu demo", f"{scene.num_faces:,}",
+                       DEMO_BEFORE_MS, fmt_ms(ms), "<= 50"])
+    t.notes.append("median over rotating frames under torch.no_grad(); 'before' is the figure recorded before the "
+                   "Renderer shaded only covered fragments and trilinear sampled only the two levels it blends")
 
 
 def _cuda_table(report: Report, quick: bool) -> None:
