@@ -62,7 +62,8 @@ __all__ = ["rasterize_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_ti
            "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
 
 
-def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False):
+def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
+                  no_bary: bool = False):
     """Soft-raster quantities of triangles at sample points (shared by every soft path).
 
     Args:
@@ -77,7 +78,8 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist
             (identity inside the face; the nearest point's weights outside, as SoftRas does).
         depth: float ``[...]`` depth interpolated with ``lam``.
 
-    With ``dist_only``, only ``dist`` is returned.
+    With ``dist_only``, only ``dist`` is returned; with ``no_bary``, ``lam`` is None (the
+    selection needs only ``dist`` and ``depth``).
 
     Degenerate (zero-area) triangles give finite garbage; callers drop them first.
     """
@@ -109,7 +111,7 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist
     total = c0 + c1 + c2  # >= 1 because l0 + l1 + l2 == 1
     c0, c1, c2 = c0 / total, c1 / total, c2 / total
     depth = c0 * z0 + c1 * z1 + c2 * z2
-    return dist, torch.stack((c0, c1, c2), dim=-1), depth
+    return dist, None if no_bary else torch.stack((c0, c1, c2), dim=-1), depth
 
 
 def faces_kept(screen: torch.Tensor, faces: torch.Tensor, cull_backfaces: bool) -> torch.Tensor:
@@ -553,7 +555,7 @@ def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K:
     cols = col0[:, None] + offs[None, :]  # [S, Wmax]
     px = cols.to(dtype) + 0.5
     py = (row.to(dtype) + 0.5)[:, None]  # [S, 1]
-    dist, _, depth = soft_geometry(tri[face][:, None], px, py)  # [S, Wmax]
+    dist, _, depth = soft_geometry(tri[face][:, None], px, py, no_bary=True)  # [S, Wmax]
     ok = (offs[None, :] < span_w[:, None]) & (dist >= reach)
     pix = ((row - origin[0])[:, None] * width + (cols - origin[1]))[ok]  # [N] tile pixels, in face order
     fid = face[:, None].expand_as(cols)[ok]
