@@ -29,6 +29,7 @@ from ..frontend import resolve_backend
 from ..mesh import MeshBatch
 from ..settings import BlendSettings, RasterSettings, resolve_settings
 from ..shading.lights import Material
+from . import gl_path
 from .geometry import frame_geometry, raster_pass
 from .scene import MeshHandle, RenderStats, Scene
 from .shading import ATTACHMENTS, composite, gbuffer, surface_color
@@ -98,7 +99,7 @@ class Renderer:
                attachments: Sequence[str] = (), gamma: float | None = None, texture_filter: str = "bilinear",
                texture_wrap: str = "repeat", mode: str | None = None, cull_backfaces: bool | None = None,
                settings: RasterSettings | None = None, blend: BlendSettings | None = None,
-               background=None) -> Frame:
+               background=None, shading: str = "auto") -> Frame:
         """Render one frame per camera in ``camera`` (``B`` = its batch size).
 
         Args:
@@ -121,6 +122,9 @@ class Renderer:
             settings, blend: this call's ``RasterSettings`` / ``BlendSettings`` (default: the renderer's).
             mode, cull_backfaces: override fields of ``settings``.
             background: override the renderer's background (float RGB).
+            shading: ``"auto"``: shade in GL when the backend can and the call needs no gradient
+                (see :mod:`py_gpu.renderer.gl_path`); ``"torch"``: always the torch shading pass.
+                ``stats.shading`` and ``stats.shading_reason`` say which ran and why.
 
         Returns:
             ``Frame``: ``image`` float ``[B, H, W, 3]``; ``alpha`` ``[B, H, W, 1]``; ``depth``
@@ -130,12 +134,25 @@ class Renderer:
         where = "Renderer.render"
         s, b, bg = self._call_settings(where, camera, model, attachments, mode, cull_backfaces,
                                        settings, blend, background)
+        if shading not in ("auto", "torch"):
+            raise PyGpuValueError(f"{where}: `shading` must be 'auto' or 'torch', got {shading!r}")
+        stats = self._scene.stats
+        stats.frames += 1
+        h = self._scene.resolve(handles)
+        single = isinstance(handles, MeshHandle) or len(list(handles)) == 1
+        p, why = gl_path.plan(self._scene, h, camera, lights=lights, textures=textures, atlas_rects=atlas_rects,
+                              material=material, model=model, flat=flat, transforms=transforms, instances=instances,
+                              single_handle=single, attachments=attachments, gamma=gamma,
+                              texture_filter=texture_filter, texture_wrap=texture_wrap, settings=s, shading=shading)
+        stats.shading, stats.shading_reason = ("gl", "") if p is not None else ("torch", why)
+        if p is not None:
+            stats.gl_frames += 1
+            return gl_path.render(self._scene, h, p, camera, self.size, s, bg, lights=lights, material=material,
+                                  transforms=transforms, instances=instances, gamma=gamma, attachments=attachments)
         with cpu_threads(self.device, camera.batch_size * self.size[0] * self.size[1]):
-            self._scene.stats.frames += 1
-            h = self._scene.resolve(handles)
             cam = camera.to(self.device, self.dtype)
             geom = frame_geometry(self._scene, h, cam.batch_size, transforms=transforms, instances=instances,
-                                  single_handle=isinstance(handles, MeshHandle) or len(list(handles)) == 1)
+                                  single_handle=single)
             frags = raster_pass(self._scene, h, geom, cam, self.size, s)
             g = gbuffer(frags, geom, flat=flat)
             color = surface_color(g, cam.position, lights=lights, textures=textures, atlas_rects=atlas_rects,
