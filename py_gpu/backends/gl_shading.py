@@ -486,10 +486,15 @@ def _vao(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: S
         vao.release()
         vao = None
     if vao is None:
-        layout = [(attrs.vbo, "3f 3f 2f 3f", "in_position", "in_normal", "in_uv", "in_color")]
+        parts, names = [], []
+        for name, n in (("in_position", 3), ("in_normal", 3), ("in_uv", 2), ("in_color", 3)):
+            used = prog.get(name, None) is not None  # the compiler drops inputs a variant does not read
+            parts.append(f"{n}f" if used else f"{4 * n}x")
+            names += [name] if used else []
+        layout = [(attrs.vbo, " ".join(parts), *names)]
         if spec.instanced:
             layout.append((mesh._instances, "16f/i", "in_instance"))
-        vao = backend.ctx.vertex_array(prog, layout, index_buffer=attrs.ibo, index_element_size=4, skip_errors=True)
+        vao = backend.ctx.vertex_array(prog, layout, index_buffer=attrs.ibo, index_element_size=4)
         attrs.vaos[spec] = (vao, instances)
     return vao
 
