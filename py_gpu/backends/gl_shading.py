@@ -28,16 +28,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .moderngl import ModernGLBackend, GLMesh, _Target, _depth_scales, _gl_from_py_clip
+from .moderngl import (MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, GLMesh, ModernGLBackend, _Target, _depth_scales,
+                       _gl_from_py_clip)
 
-__all__ = ["MAX_LIGHTS", "MAX_TEXTURES", "ShadeSpec", "ShadeInputs", "shade_geometry"]
-
-#: Most directional (and, separately, point) lights one program takes.
-MAX_LIGHTS = 8
-#: Most textures one frame binds (one per material id, or one atlas / shared texture).
-MAX_TEXTURES = 8
-#: Most atlas rects.
-MAX_RECTS = 64
+__all__ = ["MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "ShadeSpec", "ShadeInputs", "ensure_attributes", "shade_geometry"]
 #: Textures kept in GL between frames (least recently used ones are released).
 MAX_CACHED_TEXTURES = 32
 #: Width of the per-face material-id texture.
@@ -63,7 +57,6 @@ out vec3 v_world;
 out vec3 v_normal;
 out vec2 v_uv;
 out vec3 v_color;
-noperspective out vec3 v_uvq;  // (u, v, 1) / w: affine on screen, so its screen derivatives are exact
 void main() {
     vec4 p = vec4(in_position, 1.0);
     vec3 n = in_normal;
@@ -73,11 +66,15 @@ void main() {
     v_instance = gl_InstanceID;
 #endif
     gl_Position = u_clip * p;
+#ifdef MODEL
     v_world = (u_model * p).xyz;
     v_normal = u_normal_matrix * n;
+#else
+    v_world = p.xyz;  // no scene transform: world space is object space
+    v_normal = n;
+#endif
     v_uv = in_uv;
     v_color = in_color;
-    v_uvq = vec3(in_uv, 1.0) / gl_Position.w;
 }
 """
 
@@ -87,7 +84,6 @@ in vec3 v_world;
 in vec3 v_normal;
 in vec2 v_uv;
 in vec3 v_color;
-noperspective in vec3 v_uvq;
 #ifdef INSTANCED
 flat in int v_instance;
 #endif
@@ -122,8 +118,7 @@ layout(location = 0) out vec4 f_color;  // (depth, r, g, b)
 layout(location = 1) out int f_face;    // (face + 1) ^ u_empty; clearing leaves u_empty: -1 once decoded
 
 vec3 unit(vec3 v) {
-    float len = length(v);
-    return len > 1e-12 ? v / len : v / 1e-12;
+    return v * inversesqrt(max(dot(v, v), 1e-24));  // v / max(|v|, 1e-12), as the torch path
 }
 
 #ifdef UV_IMAGE
@@ -160,7 +155,7 @@ vec3 sample_tex(sampler2D tex, vec2 uv, vec4 grad, float levels) {
     if (frac > 0.0) c += sample_level(tex, uv, lo + 1.0) * frac;
     return c;
 #else
-    return sample_level(tex, uv, 0.0);
+    return texture(tex, vec2(uv.x, 1.0 - uv.y)).rgb;  // no mip levels in use: GL's filter at level 0
 #endif
 }
 """
@@ -176,17 +171,17 @@ void main() {
     vec2 here = texelFetch(u_uv_image, px, 0).xy;
     vec4 grad = vec4(uv_step(px, ivec2(1, 0), here), uv_step(px, ivec2(0, 1), here));
 #else
-    // UV differences to the next pixel right and down (image rows grow with GL's y here), as
-    // uv_derivatives takes them from the UV image: the surface's UV one pixel over, exactly
-    vec3 qx = v_uvq + dFdx(v_uvq), qy = v_uvq + dFdy(v_uvq);
-    vec2 uv0 = v_uvq.xy / v_uvq.z;
-    vec4 grad = vec4(qx.xy / qx.z - uv0, qy.xy / qy.z - uv0);
+    vec4 grad = vec4(0.0);  // only trilinear filtering reads it
 #endif
     int face = gl_PrimitiveID;
 #ifdef MATERIALS
     int material = texelFetch(u_material, ivec2(face % MATERIAL_WIDTH, face / MATERIAL_WIDTH), 0).r;
 #endif
+#ifdef WHITE
+    vec3 albedo = vec3(1.0);  // every vertex color is 1: no color varying to interpolate
+#else
     vec3 albedo = v_color;
+#endif
 TEXTURE_CODE
     vec3 color = albedo;
 #ifdef LIT
@@ -230,7 +225,7 @@ void light(vec3 n, vec3 view, vec3 to_light, vec3 radiance, inout vec3 diffuse, 
 #ifdef BLINN_PHONG
     vec3 h = unit(to_light + view);
     float ndh = max(dot(n, h), 0.0);
-    if (ndl > 0.0) specular += radiance * u_specular * pow(max(ndh, 1e-12), u_shininess);
+    specular += radiance * u_specular * (ndl > 0.0 ? pow(max(ndh, 1e-12), u_shininess) : 0.0);
 #endif
 }
 """
@@ -264,6 +259,8 @@ class ShadeSpec:
     wrap: str = "repeat"
     gamma: bool = False
     prepass: bool = False  # the UV pre-pass program of a trilinear spec
+    white: bool = False  # every vertex color is (1, 1, 1)
+    transformed: bool = False  # a scene transform (else world space is object space)
 
     @property
     def uv_image(self) -> bool:
@@ -334,7 +331,7 @@ def _sources(spec: ShadeSpec) -> tuple[str, str]:
                "MATERIAL_WIDTH": _MATERIAL_WIDTH}
     flags = {"INSTANCED": spec.instanced, "LIT": spec.model != "unlit", "BLINN_PHONG": spec.model == "blinn_phong",
              "MATERIALS": spec.needs_materials, "TRILINEAR": spec.filter == "trilinear", "GAMMA": spec.gamma,
-             "PREPASS": spec.prepass, "UV_IMAGE": spec.uv_image and not spec.prepass}
+             "PREPASS": spec.prepass, "WHITE": spec.white, "MODEL": spec.transformed, "UV_IMAGE": spec.uv_image and not spec.prepass}
     head = "#version 330\n" + "".join(f"#define {k} {v}\n" for k, v in defines.items())
     head += "".join(f"#define {k} 1\n" for k, on in flags.items() if on)
     samplers = "".join(f"uniform sampler2D u_tex{k};\n" for k in range(n_tex))
@@ -398,6 +395,7 @@ class _MeshAttributes:
         table[:F] = materials
         self.materials = ctx.texture((_MATERIAL_WIDTH, rows), 1, table.tobytes(), dtype="i4")
         self.vaos: dict = {}
+        self.white = bool((vertices[:, 8:] == 1.0).all())  # the colors are all 1: a program without them
 
     def objects(self) -> list:
         return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.materials]
@@ -468,6 +466,13 @@ def _texture(backend: ModernGLBackend, entry) -> _GLTexture:
     return got
 
 
+def _shade_target(backend: ModernGLBackend, target: _Target) -> ShadeTarget:
+    """``target``'s shading framebuffer, made on first use (released with the target)."""
+    if target.shade is None:
+        target.shade = ShadeTarget(backend.ctx, target)
+    return target.shade
+
+
 def _program(backend: ModernGLBackend, spec: ShadeSpec):
     key = ("shade", spec)
     prog = backend._programs.get(key)
@@ -518,7 +523,7 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
     raw = np.empty((B, H, W), dtype=np.int32)
     with backend._gl(where):
         target = backend._target(W, H)
-        st = backend._shade_target(target)
+        st = _shade_target(backend, target)
         backend._set_state(target, st.fbo, settings)
         backend.ctx.front_face = "cw"  # rows are flipped in the projection, which flips the winding too
         prog = _program(backend, spec)
@@ -645,20 +650,3 @@ def _bind_textures(backend: ModernGLBackend, prog, spec: ShadeSpec, x: ShadeInpu
     if levels:
         _set(prog, "u_levels", np.asarray(levels, dtype=np.float32).tobytes())
 
-
-#: What GL shading covers (``ModernGLBackend.shading_capabilities``); anything else is shaded in torch.
-COVERS = {
-    "modes": ("hard",),
-    "models": ("unlit", "lambert", "blinn_phong"),
-    "lights": ("AmbientLight", f"DirectionalLight (up to {MAX_LIGHTS})", f"PointLight (up to {MAX_LIGHTS})"),
-    "textures": ("one texture", f"one per material id (up to {MAX_TEXTURES} textured)",
-                 f"atlas with per-material rects (up to {MAX_RECTS})"),
-    "texture_channels": (1, 3, 4),
-    "filters": ("nearest", "bilinear", "trilinear"),
-    "wraps": ("repeat", "clamp"),
-    "attachments": ("object_id", "instance_id", "material_id"),
-    "other": ("vertex colors", "smooth normals", "transforms", "instances", "gamma", "cull_backfaces",
-              "several views (B cameras)"),
-    "falls_back_for": ("soft mode", "gradients needed", "flat shading", "batched positions [B, V, 3]",
-                       "batched textures", "attachments normal / position / uv / albedo", "more lights or textures"),
-}

@@ -72,6 +72,29 @@ _MAX_GL_CHANNELS = 4
 #: Framebuffer pixels left free left of and below the image: one llvmpipe tile (see ``_Target``).
 IMAGE_MARGIN = 64
 
+#: Most directional (and, separately, point) lights one GL shading program takes.
+MAX_LIGHTS = 8
+#: Most textures one GL-shaded frame binds (one per material id, or one atlas / shared texture).
+MAX_TEXTURES = 8
+#: Most atlas rects GL shading takes.
+MAX_RECTS = 64
+#: What GL shading covers (``ModernGLBackend.shading_capabilities``).
+GL_SHADING = {
+    "modes": ("hard",),
+    "models": ("unlit", "lambert", "blinn_phong"),
+    "lights": ("AmbientLight", f"DirectionalLight (up to {MAX_LIGHTS})", f"PointLight (up to {MAX_LIGHTS})"),
+    "textures": ("one texture", f"one per material id (up to {MAX_TEXTURES} textured)",
+                 f"atlas with per-material rects (up to {MAX_RECTS})"),
+    "texture_channels": (1, 3, 4),
+    "filters": ("nearest", "bilinear", "trilinear"),
+    "wraps": ("repeat", "clamp"),
+    "attachments": ("object_id", "instance_id", "material_id"),
+    "other": ("vertex colors", "smooth normals", "transforms", "instances", "gamma", "cull_backfaces",
+              "several views (B cameras)"),
+    "falls_back_for": ("soft mode", "gradients needed", "flat shading", "batched positions [B, V, 3]",
+                       "batched textures", "attachments normal / position / uv / albedo", "more lights or textures"),
+}
+
 _VERTEX_SHADER = """
 #version 330
 in vec4 in_position;        // clip-space position, x and y already on the 1/256 px grid
@@ -355,6 +378,10 @@ class ModernGLBackend(Backend):
             or no OpenGL context can be created (the message lists each kind tried).
     """
 
+    #: What GL shading covers (a ``Renderer`` on this backend, nothing needing gradients; see
+    #: :mod:`py_gpu.backends.gl_shading`); anything else is shaded in torch.
+    shading_capabilities = GL_SHADING
+
     capabilities = BackendCapabilities(
         name="moderngl (OpenGL)",
         accelerated=True,
@@ -595,19 +622,6 @@ class ModernGLBackend(Backend):
             self.counters.geometry_uploads += 1
         return mesh
 
-    @property
-    def shading_capabilities(self) -> dict:
-        """What GL shading (a ``Renderer`` on this backend, nothing needing gradients) covers."""
-        from .gl_shading import COVERS
-
-        return COVERS
-
-    def shade_geometry(self, mesh: GLMesh, attrs, spec, inputs, size, settings: RasterSettings):
-        """Draw and shade ``mesh`` in GLSL; see :func:`py_gpu.backends.gl_shading.shade_geometry`."""
-        from .gl_shading import shade_geometry
-
-        return shade_geometry(self, mesh, attrs, spec, inputs, size, settings)
-
     def _forget_mesh(self, mesh: GLMesh) -> None:
         """Drop ``mesh`` from this backend and free its GL objects (unless the backend already did)."""
         self._follow_fork()
@@ -631,14 +645,6 @@ class ModernGLBackend(Backend):
             capacity = 1 << max(0, (count - 1).bit_length())
             mesh._instances = self.ctx.buffer(reserve=capacity * 64, dynamic=True)
             mesh._instances_capacity = capacity
-
-    def _shade_target(self, target: _Target):
-        """``target``'s GL shading framebuffer (``gl_shading.ShadeTarget``), made on first use."""
-        if target.shade is None:
-            from .gl_shading import ShadeTarget
-
-            target.shade = ShadeTarget(self.ctx, target)
-        return target.shade
 
     def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
         """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""

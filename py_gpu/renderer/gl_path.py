@@ -9,12 +9,15 @@ A call is shaded in GL (:mod:`py_gpu.backends.gl_shading`) when the backend has 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from ..backends.gl_shading import MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, ShadeInputs, ShadeSpec, ensure_attributes, \
+    shade_geometry
+from ..backends.moderngl import ModernGLBackend
 from ..camera import Camera
 from ..contracts import Frame
 from ..shading.lights import AmbientLight, DirectionalLight, Material, PointLight
@@ -65,11 +68,9 @@ def plan(scene: Scene, h: MeshHandle, camera: Camera, *, lights: Sequence, textu
          flat: bool, transforms, instances, single_handle: bool, attachments: Sequence[str], gamma, texture_filter: str,
          texture_wrap: str, settings, shading: str) -> tuple[GLPlan | None, str]:
     """``(plan, "")`` when GL shading covers this call, else ``(None, why not)``."""
-    from ..backends.gl_shading import MAX_LIGHTS, ShadeSpec
-
     if shading == "torch":
         return None, "shading='torch' was asked for"
-    if not hasattr(scene.backend, "shade_geometry"):
+    if not isinstance(scene.backend, ModernGLBackend):
         return None, f"the {scene.backend.capabilities.name} backend has no GL shading"
     if settings.mode != "hard":
         return None, f"{settings.mode} mode is shaded in torch"
@@ -102,14 +103,12 @@ def plan(scene: Scene, h: MeshHandle, camera: Camera, *, lights: Sequence, textu
     mode, slots, entries, rects = tex
     spec = ShadeSpec(instanced=instances is not None, n_dir=n_dir, n_point=n_point, model=lit, textures=mode,
                      slots=slots, n_rects=0 if rects is None else rects.shape[0], filter=texture_filter,
-                     wrap=texture_wrap, gamma=gamma is not None)
+                     wrap=texture_wrap, gamma=gamma is not None, transformed=transforms is not None)
     return GLPlan(spec, entries, rects), ""
 
 
 def _texture_plan(textures, atlas_rects, has_uvs: bool, filt: str):
     """``(mode, slots, entries, rects)`` for the textures of a call, or a string saying why GL can't."""
-    from ..backends.gl_shading import MAX_RECTS, MAX_TEXTURES
-
     if textures is None:
         return "none", (), [], None
     if not has_uvs:
@@ -186,8 +185,6 @@ def _light_inputs(lights, B: int) -> dict:
 def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, settings, background, *, lights, material,
            transforms, instances, gamma, attachments: Sequence[str]) -> Frame:
     """The frame of a call that ``plan`` accepted, shaded in GL (one draw and readback per view)."""
-    from ..backends.gl_shading import ShadeInputs, ensure_attributes
-
     where, B = "Renderer.render", camera.batch_size
     view = camera.view.detach().to("cpu", torch.float64)
     cam = (camera.projection.detach().to("cpu", torch.float64) @ view).numpy()  # [B|1, 4, 4]
@@ -206,13 +203,14 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     mesh = scene.gpu_mesh(h, settings.mode)
     attrs = ensure_attributes(scene.backend, mesh, h.positions, h.current_normals(), h.uvs, h.colors, h.faces,
                               h.material_ids)
-    out, face = scene.backend.shade_geometry(mesh, attrs, p.spec, x, size, settings)
+    spec = p.spec if attrs.white == p.spec.white else replace(p.spec, white=attrs.white)
+    out, face = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
     o, f = torch.from_numpy(out), torch.from_numpy(face)  # no copies
     image, depth = o[..., 1:], o[..., 0]
+    alpha = torch.from_numpy(np.greater_equal(face, 0)[..., None].astype(np.float32))
     if scene.dtype != torch.float32 or scene.device.type != "cpu":
-        image, depth = image.to(scene.device, scene.dtype), depth.to(scene.device, scene.dtype)
+        image, depth, alpha = (t.to(scene.device, scene.dtype) for t in (image, depth, alpha))
         f = f.to(scene.device)
-    alpha = (f >= 0).to(image.dtype)[..., None]
     return Frame(image, alpha, depth, f, _id_extras(scene, h, attachments, inst, f))
 
 

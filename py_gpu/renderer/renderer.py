@@ -122,33 +122,25 @@ class Renderer:
             settings, blend: this call's ``RasterSettings`` / ``BlendSettings`` (default: the renderer's).
             mode, cull_backfaces: override fields of ``settings``.
             background: override the renderer's background (float RGB).
-            shading: ``"auto"``: shade in GL when the backend can and the call needs no gradient
-                (see :mod:`py_gpu.renderer.gl_path`); ``"torch"``: always the torch shading pass.
-                ``stats.shading`` and ``stats.shading_reason`` say which ran and why.
+            shading: ``"auto"``: in GL when the backend can and nothing needs a gradient (see
+                :mod:`.gl_path`; ``stats.shading`` / ``shading_reason`` say which ran, and why); ``"torch"``.
 
         Returns:
             ``Frame``: ``image`` float ``[B, H, W, 3]``; ``alpha`` ``[B, H, W, 1]``; ``depth``
             ``[B, H, W]`` (NDC z/w in [0, 1]); ``face_index`` int64 ``[B, H, W]`` into the scene's
             (instanced) faces; ``extras`` as requested.
         """
-        where = "Renderer.render"
-        s, b, bg = self._call_settings(where, camera, model, attachments, mode, cull_backfaces,
+        s, b, bg = self._call_settings("Renderer.render", camera, model, attachments, mode, cull_backfaces,
                                        settings, blend, background)
-        if shading not in ("auto", "torch"):
-            raise PyGpuValueError(f"{where}: `shading` must be 'auto' or 'torch', got {shading!r}")
-        stats = self._scene.stats
-        stats.frames += 1
+        self._scene.stats.frames += 1
         h = self._scene.resolve(handles)
         single = isinstance(handles, MeshHandle) or len(list(handles)) == 1
-        p, why = gl_path.plan(self._scene, h, camera, lights=lights, textures=textures, atlas_rects=atlas_rects,
-                              material=material, model=model, flat=flat, transforms=transforms, instances=instances,
-                              single_handle=single, attachments=attachments, gamma=gamma,
-                              texture_filter=texture_filter, texture_wrap=texture_wrap, settings=s, shading=shading)
-        stats.shading, stats.shading_reason = ("gl", "") if p is not None else ("torch", why)
+        gl = dict(lights=lights, material=material, transforms=transforms, instances=instances, gamma=gamma,
+                  attachments=attachments)
+        p = self._gl_plan(h, camera, s, single, shading, textures=textures, atlas_rects=atlas_rects, model=model,
+                          flat=flat, texture_filter=texture_filter, texture_wrap=texture_wrap, **gl)
         if p is not None:
-            stats.gl_frames += 1
-            return gl_path.render(self._scene, h, p, camera, self.size, s, bg, lights=lights, material=material,
-                                  transforms=transforms, instances=instances, gamma=gamma, attachments=attachments)
+            return gl_path.render(self._scene, h, p, camera, self.size, s, bg, **gl)
         with cpu_threads(self.device, camera.batch_size * self.size[0] * self.size[1]):
             cam = camera.to(self.device, self.dtype)
             geom = frame_geometry(self._scene, h, cam.batch_size, transforms=transforms, instances=instances,
@@ -161,6 +153,16 @@ class Renderer:
             frame, slot = composite(color, frags, bg, s, b)
             extras = attachment_buffers(attachments, g, geom, frame, slot)
             return Frame(frame.image, frame.alpha, frame.depth, frame.face_index, extras)
+
+    def _gl_plan(self, h, camera, s, single, shading, **kw):
+        """The GL shading plan of this call, or None; ``stats.shading`` / ``shading_reason`` say which and why."""
+        if shading not in ("auto", "torch"):
+            raise PyGpuValueError(f"Renderer.render: `shading` must be 'auto' or 'torch', got {shading!r}")
+        stats = self._scene.stats
+        p, why = gl_path.plan(self._scene, h, camera, single_handle=single, settings=s, shading=shading, **kw)
+        stats.shading, stats.shading_reason = ("gl", "") if p is not None else ("torch", why)
+        stats.gl_frames += p is not None
+        return p
 
     def _call_settings(self, where, camera, model, names, mode, cull_backfaces, settings, blend,
                        background):
