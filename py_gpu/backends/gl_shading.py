@@ -41,7 +41,9 @@ _UV_UNIT = MAX_TEXTURES + 1
 
 _VERTEX = """
 #version 330
+#if defined(PREPASS) || defined(UV_IMAGE)
 invariant gl_Position;        // the UV pre-pass and the shading pass cover the same fragments
+#endif
 in vec3 in_position;
 in vec3 in_normal;
 in vec2 in_uv;
