@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 from common import Report, Table  # noqa: E402
 
-ORDER = ["core", "moderngl", "torch", "soft", "renderer"]
+ORDER = ["core", "moderngl", "torch", "soft", "renderer", "gl_renderer"]
 
 
 def machine_line() -> str:
@@ -48,7 +48,7 @@ def machine_line() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small cases only")
-    parser.add_argument("--only", default="", help="comma list of suites (core, moderngl, torch, soft, renderer)")
+    parser.add_argument("--only", default="", help="comma list of suites (core, moderngl, torch, soft, renderer, gl_renderer)")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
     parser.add_argument("--output", default=str(HERE.parent / "docs" / "benchmarks.md"))
     parser.add_argument("--child-suite", default="", help=argparse.SUPPRESS)  # run one suite, print JSON

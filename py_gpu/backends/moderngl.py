@@ -72,6 +72,29 @@ _MAX_GL_CHANNELS = 4
 #: Framebuffer pixels left free left of and below the image: one llvmpipe tile (see ``_Target``).
 IMAGE_MARGIN = 64
 
+#: Most directional (and, separately, point) lights one GL shading program takes.
+MAX_LIGHTS = 8
+#: Most textures one GL-shaded frame binds (one per material id, or one atlas / shared texture).
+MAX_TEXTURES = 8
+#: Most atlas rects GL shading takes.
+MAX_RECTS = 64
+#: What GL shading covers (``ModernGLBackend.shading_capabilities``).
+GL_SHADING = {
+    "modes": ("hard",),
+    "models": ("unlit", "lambert", "blinn_phong"),
+    "lights": ("AmbientLight", f"DirectionalLight (up to {MAX_LIGHTS})", f"PointLight (up to {MAX_LIGHTS})"),
+    "textures": ("one texture", f"one per material id (up to {MAX_TEXTURES} textured)",
+                 f"atlas with per-material rects (up to {MAX_RECTS})"),
+    "texture_channels": (1, 3, 4),
+    "filters": ("nearest", "bilinear", "trilinear"),
+    "wraps": ("repeat", "clamp"),
+    "attachments": ("object_id", "instance_id", "material_id"),
+    "other": ("vertex colors", "smooth normals", "transforms", "instances", "gamma", "cull_backfaces",
+              "several views (B cameras)"),
+    "falls_back_for": ("soft mode", "gradients needed", "flat shading", "batched positions [B, V, 3]",
+                       "batched textures", "attachments normal / position / uv / albedo", "more lights or textures"),
+}
+
 _VERTEX_SHADER = """
 #version 330
 in vec4 in_position;        // clip-space position, x and y already on the 1/256 px grid
@@ -224,6 +247,7 @@ class _Target:
         self.fbo_full = ctx.framebuffer([self.color, self.face, self.attr], self.depth)
         for fbo in (self.fbo_rgb8, self.fbo_full):
             fbo.scissor = self.rect
+        self.shade = None  # the GL shading framebuffer (color and face only), made on first use
 
     def clear(self, fbo, *rgba: float) -> None:
         """Clear ``fbo`` whole (color ``rgba``, depth 1), then scissor it to the image again: a
@@ -238,7 +262,8 @@ class _Target:
         return (self.rect[0] + self.x0, self.rect[1] + self.y0, self.vw, self.vh)
 
     def objects(self) -> list:
-        return [self.fbo_rgb8, self.fbo_full, self.rgb8, self.color, self.face, self.attr, self.depth]
+        shade = [] if self.shade is None else self.shade.objects()
+        return shade + [self.fbo_rgb8, self.fbo_full, self.rgb8, self.color, self.face, self.attr, self.depth]
 
     def release(self) -> None:
         for obj in self.objects():
@@ -255,6 +280,8 @@ class GLCounters:
         geometry_releases: persistent geometry buffers freed.
         instance_uploads: writes of per-instance transforms (``rasterize_geometry`` with ``instances``).
         draws: draw calls.
+        attribute_uploads: shading buffers (normals, UVs, colors, material ids) made for a ``GLMesh``.
+        texture_uploads: textures placed in GL for GL shading.
     """
 
     vertex_uploads: int = 0
@@ -262,6 +289,8 @@ class GLCounters:
     geometry_releases: int = 0
     instance_uploads: int = 0
     draws: int = 0
+    attribute_uploads: int = 0
+    texture_uploads: int = 0
 
 
 class GLMesh:
@@ -286,6 +315,7 @@ class GLMesh:
         self._vaos: dict[bool, object] = {}
         self._instances = None  # per-instance transforms, float32 [N, 16] column-major
         self._instances_capacity = 0
+        self._shading = None  # GL shading buffers (py_gpu.backends.gl_shading), made on first use
         self.num_faces = num_faces
         self.bounds = bounds
         self._released = False
@@ -301,7 +331,7 @@ class GLMesh:
 
     def objects(self) -> list:
         """The GL objects this mesh holds now (vertex arrays and buffers)."""
-        objs = list(self._vaos.values())
+        objs = list(self._vaos.values()) + ([] if self._shading is None else self._shading.objects())
         objs += [b for b in (self._vbo, self._instances) if b is not None]
         return objs
 
@@ -316,7 +346,7 @@ class GLMesh:
     def _drop(self) -> None:
         """Forget the GL objects (without a GL call once they are freed, or lost to fork())."""
         self._vaos.clear()
-        self._vbo = self._instances = None
+        self._vbo = self._instances = self._shading = None
         self._instances_capacity = 0
 
 
@@ -348,6 +378,10 @@ class ModernGLBackend(Backend):
             or no OpenGL context can be created (the message lists each kind tried).
     """
 
+    #: What GL shading covers (a ``Renderer`` on this backend, nothing needing gradients; see
+    #: :mod:`py_gpu.backends.gl_shading`); anything else is shaded in torch.
+    shading_capabilities = GL_SHADING
+
     capabilities = BackendCapabilities(
         name="moderngl (OpenGL)",
         accelerated=True,
@@ -377,6 +411,7 @@ class ModernGLBackend(Backend):
         self._vbo = None
         self._vbo_capacity = 0
         self._meshes: dict[int, GLMesh] = {}
+        self._shade_textures: OrderedDict = OrderedDict()  # GL shading's textures (gl_shading._texture)
         self.counters = GLCounters()
         self._released = False
 
@@ -418,6 +453,7 @@ class ModernGLBackend(Backend):
         self._programs.clear()
         self._vaos.clear()
         self._targets.clear()
+        self._shade_textures.clear()
         self._vbo = None
         self._vbo_capacity = 0
 
@@ -510,6 +546,7 @@ class ModernGLBackend(Backend):
             objs += target.objects()
         for mesh in self._meshes.values():
             objs += mesh.objects()
+        objs += [t.tex for t in self._shade_textures.values()]
         return objs
 
     def release(self) -> None:
@@ -537,6 +574,7 @@ class ModernGLBackend(Backend):
             self._programs.clear()
             self._vaos.clear()
             self._targets.clear()
+            self._shade_textures.clear()
             self._vbo = None
             self._vbo_capacity = 0
             if self._owns_ctx and self.ctx is not None:
@@ -596,9 +634,9 @@ class ModernGLBackend(Backend):
                     for obj in mesh.objects():
                         obj.release()
 
-    def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
-        """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""
-        if instanced and count > mesh._instances_capacity:
+    def _instance_buffer(self, mesh: GLMesh, count: int) -> None:
+        """Grow ``mesh``'s instance buffer to hold ``count`` transforms (its instanced arrays go with it)."""
+        if count > mesh._instances_capacity:
             old = mesh._vaos.pop(True, None)
             if old is not None:
                 old.release()
@@ -607,6 +645,11 @@ class ModernGLBackend(Backend):
             capacity = 1 << max(0, (count - 1).bit_length())
             mesh._instances = self.ctx.buffer(reserve=capacity * 64, dynamic=True)
             mesh._instances_capacity = capacity
+
+    def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
+        """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""
+        if instanced:
+            self._instance_buffer(mesh, count)
         vao = mesh._vaos.get(instanced)
         if vao is None:
             key = ("geometry", instanced)

@@ -29,6 +29,7 @@ from ..frontend import resolve_backend
 from ..mesh import MeshBatch
 from ..settings import BlendSettings, RasterSettings, resolve_settings
 from ..shading.lights import Material
+from . import gl_path
 from .geometry import frame_geometry, raster_pass
 from .scene import MeshHandle, RenderStats, Scene
 from .shading import ATTACHMENTS, composite, gbuffer, surface_color
@@ -98,7 +99,7 @@ class Renderer:
                attachments: Sequence[str] = (), gamma: float | None = None, texture_filter: str = "bilinear",
                texture_wrap: str = "repeat", mode: str | None = None, cull_backfaces: bool | None = None,
                settings: RasterSettings | None = None, blend: BlendSettings | None = None,
-               background=None) -> Frame:
+               background=None, shading: str = "auto") -> Frame:
         """Render one frame per camera in ``camera`` (``B`` = its batch size).
 
         Args:
@@ -121,21 +122,29 @@ class Renderer:
             settings, blend: this call's ``RasterSettings`` / ``BlendSettings`` (default: the renderer's).
             mode, cull_backfaces: override fields of ``settings``.
             background: override the renderer's background (float RGB).
+            shading: ``"auto"``: in GL when the backend can and nothing needs a gradient (see
+                :mod:`.gl_path`; ``stats.shading`` / ``shading_reason`` say which ran, and why); ``"torch"``.
 
         Returns:
             ``Frame``: ``image`` float ``[B, H, W, 3]``; ``alpha`` ``[B, H, W, 1]``; ``depth``
             ``[B, H, W]`` (NDC z/w in [0, 1]); ``face_index`` int64 ``[B, H, W]`` into the scene's
             (instanced) faces; ``extras`` as requested.
         """
-        where = "Renderer.render"
-        s, b, bg = self._call_settings(where, camera, model, attachments, mode, cull_backfaces,
+        s, b, bg = self._call_settings("Renderer.render", camera, model, attachments, mode, cull_backfaces,
                                        settings, blend, background)
+        self._scene.stats.frames += 1
+        h = self._scene.resolve(handles)
+        single = isinstance(handles, MeshHandle) or len(list(handles)) == 1
+        gl = dict(lights=lights, material=material, transforms=transforms, instances=instances, gamma=gamma,
+                  attachments=attachments)
+        p = self._gl_plan(h, camera, s, single, shading, textures=textures, atlas_rects=atlas_rects, model=model,
+                          flat=flat, texture_filter=texture_filter, texture_wrap=texture_wrap, **gl)
+        if p is not None:
+            return gl_path.render(self._scene, h, p, camera, self.size, s, bg, **gl)
         with cpu_threads(self.device, camera.batch_size * self.size[0] * self.size[1]):
-            self._scene.stats.frames += 1
-            h = self._scene.resolve(handles)
             cam = camera.to(self.device, self.dtype)
             geom = frame_geometry(self._scene, h, cam.batch_size, transforms=transforms, instances=instances,
-                                  single_handle=isinstance(handles, MeshHandle) or len(list(handles)) == 1)
+                                  single_handle=single)
             frags = raster_pass(self._scene, h, geom, cam, self.size, s)
             g = gbuffer(frags, geom, flat=flat)
             color = surface_color(g, cam.position, lights=lights, textures=textures, atlas_rects=atlas_rects,
@@ -144,6 +153,16 @@ class Renderer:
             frame, slot = composite(color, frags, bg, s, b)
             extras = attachment_buffers(attachments, g, geom, frame, slot)
             return Frame(frame.image, frame.alpha, frame.depth, frame.face_index, extras)
+
+    def _gl_plan(self, h, camera, s, single, shading, **kw):
+        """The GL shading plan of this call, or None; ``stats.shading`` / ``shading_reason`` say which and why."""
+        if shading not in ("auto", "torch"):
+            raise PyGpuValueError(f"Renderer.render: `shading` must be 'auto' or 'torch', got {shading!r}")
+        stats = self._scene.stats
+        p, why = gl_path.plan(self._scene, h, camera, single_handle=single, settings=s, shading=shading, **kw)
+        stats.shading, stats.shading_reason = ("gl", "") if p is not None else ("torch", why)
+        stats.gl_frames += p is not None
+        return p
 
     def _call_settings(self, where, camera, model, names, mode, cull_backfaces, settings, blend,
                        background):

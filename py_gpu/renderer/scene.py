@@ -27,12 +27,18 @@ class RenderStats:
             new upload when a handle's positions or faces were modified in place).
         releases: handles released.
         frames: ``render`` calls.
+        gl_frames: ``render`` calls shaded in GL (see :mod:`py_gpu.renderer.gl_path`).
+        shading: how the last call was shaded: ``"gl"`` or ``"torch"`` ("" before the first).
+        shading_reason: why the last call was shaded in torch ("" when it was shaded in GL).
     """
 
     conversions: int = 0
     uploads: int = 0
     releases: int = 0
     frames: int = 0
+    gl_frames: int = 0
+    shading: str = ""
+    shading_reason: str = ""
 
 
 @dataclass(eq=False)

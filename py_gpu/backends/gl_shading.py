@@ -1,0 +1,654 @@
+"""GL shading: vertex colors, textures, lights and gamma in GLSL over a ``GLMesh``, one readback.
+
+The Renderer's plain frames (nothing needs a gradient) are shaded here instead of in torch. The
+formulas are py_gpu's own, written again in GLSL so that the two paths agree to float32
+rounding:
+
+- interpolation: GL's perspective-correct varyings of world position, normal, UV and color;
+- textures (:mod:`py_gpu.shading.texture`): row 0 at the top, v up, texel centers sampled
+  exactly; nearest and bilinear through GL's own filters (the same formulas); trilinear on the
+  same box-filtered pyramid (``build_mipmaps``, uploaded level by level) with the same level of
+  detail ``log2(max(|d uv/dx|, |d uv/dy|) * size)`` and the same blend of two bilinear levels;
+  one texture, an atlas with per-material rects, or one texture per material id;
+- lights (:mod:`py_gpu.shading.lights`): ambient, directional and point lights, Lambert or
+  Blinn-Phong, two-sided normals, then ``clamp(c, 0, 1) ** (1 / gamma)``.
+
+Per frame only matrices and uniforms reach GL; the mesh's vertex attributes (positions, normals,
+UVs, colors, indexed) and per-face material ids live in GL buffers next to the ``GLMesh`` and
+are sent again only when the tensors they came from change. One framebuffer holds two
+attachments: float ``(depth, r, g, b)`` and int face id. Rows are flipped in the projection, so
+each reads back top row first, straight into fresh numpy arrays that torch wraps without a copy.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from .moderngl import (MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, GLMesh, ModernGLBackend, _Target, _depth_scales,
+                       _gl_from_py_clip)
+
+__all__ = ["MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "ShadeSpec", "ShadeInputs", "ensure_attributes", "shade_geometry"]
+#: Textures kept in GL between frames (least recently used ones are released).
+MAX_CACHED_TEXTURES = 32
+#: Width of the per-face material-id texture.
+_MATERIAL_WIDTH = 4096
+#: Texture unit of the UV pre-pass image (the frame's textures take units 1..MAX_TEXTURES).
+_UV_UNIT = MAX_TEXTURES + 1
+
+_VERTEX = """
+#version 330
+#if defined(PREPASS) || defined(UV_IMAGE)
+invariant gl_Position;        // the UV pre-pass and the shading pass cover the same fragments
+#endif
+in vec3 in_position;
+in vec3 in_normal;
+in vec2 in_uv;
+in vec3 in_color;
+#ifdef INSTANCED
+in mat4 in_instance;
+flat out int v_instance;
+#endif
+uniform mat4 u_clip;          // GL clip from object space: camera, scene transform, flip, depth remap
+uniform mat4 u_model;         // world from object (the scene transform)
+uniform mat3 u_normal_matrix; // inverse transpose of u_model's 3x3
+out vec3 v_world;
+out vec3 v_normal;
+out vec2 v_uv;
+out vec3 v_color;
+void main() {
+    vec4 p = vec4(in_position, 1.0);
+    vec3 n = in_normal;
+#ifdef INSTANCED
+    p = in_instance * p;
+    n = transpose(inverse(mat3(in_instance))) * n;
+    v_instance = gl_InstanceID;
+#endif
+    gl_Position = u_clip * p;
+#ifdef MODEL
+    v_world = (u_model * p).xyz;
+    v_normal = u_normal_matrix * n;
+#else
+    v_world = p.xyz;  // no scene transform: world space is object space
+    v_normal = n;
+#endif
+    v_uv = in_uv;
+    v_color = in_color;
+}
+"""
+
+_FRAGMENT_HEAD = """
+#version 330
+in vec3 v_world;
+in vec3 v_normal;
+in vec2 v_uv;
+in vec3 v_color;
+#ifdef INSTANCED
+flat in int v_instance;
+#endif
+uniform int u_faces;          // faces per instance
+uniform int u_empty;          // what clearing leaves in the face attachment (see ShadeTarget)
+uniform float u_depth_scale;  // py_gpu depth z/w = gl_FragCoord.z * u_depth_scale
+uniform vec3 u_eye;
+uniform vec3 u_ambient;
+uniform vec3 u_specular;
+uniform float u_shininess;
+uniform float u_inv_gamma;
+#if N_DIR > 0
+uniform vec3 u_dir_to_light[N_DIR];
+uniform vec3 u_dir_radiance[N_DIR];
+#endif
+#if N_POINT > 0
+uniform vec3 u_point_position[N_POINT];
+uniform vec3 u_point_radiance[N_POINT];
+uniform vec3 u_point_attenuation[N_POINT];
+#endif
+#ifdef MATERIALS
+uniform isampler2D u_material;  // material id of face f at texel (f % width, f / width)
+#endif
+#if N_RECTS > 0
+uniform vec4 u_rects[N_RECTS];
+#endif
+#ifdef UV_IMAGE
+uniform sampler2D u_uv_image;  // the UV pre-pass: (u, v, covered, 0) per framebuffer pixel
+uniform ivec4 u_rect;          // the image in framebuffer pixels (x, y, width, height)
+#endif
+layout(location = 0) out vec4 f_color;  // (depth, r, g, b)
+layout(location = 1) out int f_face;    // (face + 1) ^ u_empty; clearing leaves u_empty: -1 once decoded
+
+vec3 unit(vec3 v) {
+    return v * inversesqrt(max(dot(v, v), 1e-24));  // v / max(|v|, 1e-12), as the torch path
+}
+
+#ifdef UV_IMAGE
+// uv_derivatives on the UV image: the difference to the next pixel along `step` when both are
+// covered, else to the previous one, else 0
+vec2 uv_step(ivec2 px, ivec2 step, vec2 here) {
+    ivec2 lo = u_rect.xy, hi = u_rect.xy + u_rect.zw;
+    ivec2 f = px + step, k = px - step;
+    if (all(greaterThanEqual(f, lo)) && all(lessThan(f, hi))) {
+        vec4 t = texelFetch(u_uv_image, f, 0);
+        if (t.z > 0.5) return t.xy - here;
+    }
+    if (all(greaterThanEqual(k, lo)) && all(lessThan(k, hi))) {
+        vec4 t = texelFetch(u_uv_image, k, 0);
+        if (t.z > 0.5) return here - t.xy;
+    }
+    return vec2(0.0);
+}
+#endif
+
+vec3 sample_level(sampler2D tex, vec2 uv, float level) {
+    return textureLod(tex, vec2(uv.x, 1.0 - uv.y), level).rgb;  // texture row 0 is the image's top
+}
+
+vec3 sample_tex(sampler2D tex, vec2 uv, vec4 grad, float levels) {
+#ifdef TRILINEAR
+    vec2 size = vec2(textureSize(tex, 0));
+    float dx = length(grad.xy * size);
+    float dy = length(grad.zw * size);
+    float level = clamp(log2(max(max(dx, dy), 1e-12)), 0.0, levels - 1.0);
+    float lo = floor(level);
+    float frac = level - lo;
+    vec3 c = sample_level(tex, uv, lo) * (1.0 - frac);
+    if (frac > 0.0) c += sample_level(tex, uv, lo + 1.0) * frac;
+    return c;
+#else
+    return texture(tex, vec2(uv.x, 1.0 - uv.y)).rgb;  // no mip levels in use: GL's filter at level 0
+#endif
+}
+"""
+
+_FRAGMENT_MAIN = """
+void main() {
+#ifdef PREPASS
+    f_color = vec4(v_uv, 1.0, 0.0);
+    return;
+#endif
+#ifdef UV_IMAGE
+    ivec2 px = ivec2(gl_FragCoord.xy);
+    vec2 here = texelFetch(u_uv_image, px, 0).xy;
+    vec4 grad = vec4(uv_step(px, ivec2(1, 0), here), uv_step(px, ivec2(0, 1), here));
+#else
+    vec4 grad = vec4(0.0);  // only trilinear filtering reads it
+#endif
+    int face = gl_PrimitiveID;
+#ifdef MATERIALS
+    int material = texelFetch(u_material, ivec2(face % MATERIAL_WIDTH, face / MATERIAL_WIDTH), 0).r;
+#endif
+#ifdef WHITE
+    vec3 albedo = vec3(1.0);  // every vertex color is 1: no color varying to interpolate
+#else
+    vec3 albedo = v_color;
+#endif
+TEXTURE_CODE
+    vec3 color = albedo;
+#ifdef LIT
+    vec3 n = unit(v_normal);
+    vec3 view = unit(u_eye - v_world);
+    if (dot(n, view) < 0.0) n = -n;  // two-sided
+    vec3 diffuse = u_ambient;
+    vec3 specular = vec3(0.0);
+#if N_DIR > 0
+    for (int i = 0; i < N_DIR; ++i) light(n, view, u_dir_to_light[i], u_dir_radiance[i], diffuse, specular);
+#endif
+#if N_POINT > 0
+    for (int i = 0; i < N_POINT; ++i) {
+        vec3 delta = u_point_position[i] - v_world;
+        float dist = max(length(delta), 1e-12);
+        vec3 att = u_point_attenuation[i];
+        light(n, view, delta / dist, u_point_radiance[i] / (att.x + att.y * dist + att.z * dist * dist),
+              diffuse, specular);
+    }
+#endif
+    color = albedo * diffuse + specular;
+#endif
+#ifdef GAMMA
+    color = clamp(color, 0.0, 1.0);
+    color = vec3(color.r > 0.0 ? pow(color.r, u_inv_gamma) : 0.0, color.g > 0.0 ? pow(color.g, u_inv_gamma) : 0.0,
+                 color.b > 0.0 ? pow(color.b, u_inv_gamma) : 0.0);
+#endif
+    f_color = vec4(gl_FragCoord.z * u_depth_scale, color);
+#ifdef INSTANCED
+    f_face = (v_instance * u_faces + face + 1) ^ u_empty;
+#else
+    f_face = (face + 1) ^ u_empty;
+#endif
+}
+"""
+
+_LIGHT = """
+void light(vec3 n, vec3 view, vec3 to_light, vec3 radiance, inout vec3 diffuse, inout vec3 specular) {
+    float ndl = dot(n, to_light);
+    diffuse += radiance * max(ndl, 0.0);
+#ifdef BLINN_PHONG
+    vec3 h = unit(to_light + view);
+    float ndh = max(dot(n, h), 0.0);
+    specular += radiance * u_specular * (ndl > 0.0 ? pow(max(ndh, 1e-12), u_shininess) : 0.0);
+#endif
+}
+"""
+
+
+@dataclass(frozen=True)
+class ShadeSpec:
+    """What selects a shading program (one compiled program per distinct spec).
+
+    Attributes:
+        instanced: per-instance transforms.
+        n_dir, n_point: directional and point lights (ambient lights are summed into one uniform).
+        model: ``"unlit"``, ``"lambert"`` or ``"blinn_phong"``.
+        textures: ``"none"``, ``"single"`` (one texture for every face), ``"atlas"`` (one texture,
+            per-material rects) or ``"materials"`` (slot ``m`` textures material ``m``).
+        slots: for ``"materials"``, which material ids have a texture (``True``) or none (1).
+        n_rects: atlas rects.
+        filter: ``"nearest"``, ``"bilinear"`` or ``"trilinear"``.
+        wrap: ``"repeat"`` or ``"clamp"``.
+        gamma: display encoding applied.
+    """
+
+    instanced: bool
+    n_dir: int
+    n_point: int
+    model: str
+    textures: str = "none"
+    slots: tuple = ()
+    n_rects: int = 0
+    filter: str = "bilinear"
+    wrap: str = "repeat"
+    gamma: bool = False
+    prepass: bool = False  # the UV pre-pass program of a trilinear spec
+    white: bool = False  # every vertex color is (1, 1, 1)
+    transformed: bool = False  # a scene transform (else world space is object space)
+
+    @property
+    def uv_image(self) -> bool:
+        """Trilinear texturing takes UV derivatives from a pre-pass UV image, as the torch path does."""
+        return self.filter == "trilinear" and self.textures != "none"
+
+    @property
+    def needs_materials(self) -> bool:
+        return self.textures in ("atlas", "materials")
+
+
+@dataclass
+class ShadeInputs:
+    """Per-frame values of one shaded draw (numpy float64 unless said otherwise).
+
+    Attributes:
+        clip: ``[B, 4, 4]`` py_gpu clip from object (camera @ transforms); model: ``[B|1, 4, 4]`` world
+        from object (the transforms; identity without);
+        instances: ``[B|1, N, 4, 4]`` or None; eye: ``[B, 3]``; ambient: ``[B, 3]``;
+        dir_to_light, dir_radiance: ``[B, n_dir, 3]``; point_position, point_radiance:
+        ``[B, n_point, 3]``; point_attenuation: ``[n_point, 3]``; specular: ``[B, 3]``;
+        shininess: ``[B]``; gamma: float or None; textures: one ``(source, mipmapped, levels)``
+        entry per texture slot (None: untextured): ``source`` the tensor whose identity and
+        version key the GL copy, ``levels()`` the float ``[1, Ht, Wt, C]`` levels, level 0 first
+        (all of them when ``mipmapped``); rects: ``[M, 4]`` or None; background: RGB floats.
+    """
+
+    clip: np.ndarray
+    model: np.ndarray
+    instances: np.ndarray | None
+    eye: np.ndarray
+    ambient: np.ndarray
+    dir_to_light: np.ndarray
+    dir_radiance: np.ndarray
+    point_position: np.ndarray
+    point_radiance: np.ndarray
+    point_attenuation: np.ndarray
+    specular: np.ndarray
+    shininess: np.ndarray
+    gamma: float | None
+    textures: list
+    rects: np.ndarray | None
+    background: tuple
+
+
+def _texture_code(spec: ShadeSpec) -> str:
+    """GLSL that multiplies ``albedo`` by the frame's texture factor."""
+    if spec.textures == "none":
+        return ""
+    if spec.textures == "single":
+        return "    albedo *= sample_tex(u_tex0, v_uv, grad, u_levels[0]);"
+    if spec.textures == "atlas":
+        local = "fract(v_uv)" if spec.wrap == "repeat" else "clamp(v_uv, 0.0, 1.0)"
+        return ("    vec4 rect = u_rects[clamp(material, 0, N_RECTS - 1)];\n"
+                f"    albedo *= sample_tex(u_tex0, rect.xy + {local} * (rect.zw - rect.xy), grad, u_levels[0]);")
+    lines, slot = [], 0
+    for m, has in enumerate(spec.slots):
+        if has:
+            lines.append(f"    {'else ' if slot else ''}if (material == {m}) "
+                         f"albedo *= sample_tex(u_tex{slot}, v_uv, grad, u_levels[{slot}]);")
+            slot += 1
+    return "\n".join(lines)
+
+
+def _sources(spec: ShadeSpec) -> tuple[str, str]:
+    n_tex = _texture_count(spec)
+    defines = {"N_DIR": spec.n_dir, "N_POINT": spec.n_point, "N_RECTS": spec.n_rects,
+               "MATERIAL_WIDTH": _MATERIAL_WIDTH}
+    flags = {"INSTANCED": spec.instanced, "LIT": spec.model != "unlit", "BLINN_PHONG": spec.model == "blinn_phong",
+             "MATERIALS": spec.needs_materials, "TRILINEAR": spec.filter == "trilinear", "GAMMA": spec.gamma,
+             "PREPASS": spec.prepass, "WHITE": spec.white, "MODEL": spec.transformed, "UV_IMAGE": spec.uv_image and not spec.prepass}
+    head = "#version 330\n" + "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    head += "".join(f"#define {k} 1\n" for k, on in flags.items() if on)
+    samplers = "".join(f"uniform sampler2D u_tex{k};\n" for k in range(n_tex))
+    samplers += f"uniform float u_levels[{n_tex}];\n" if n_tex else ""
+    frag = (head + _FRAGMENT_HEAD.split("\n", 2)[2].replace("vec3 unit(", samplers + "vec3 unit(", 1) + _LIGHT
+            + _FRAGMENT_MAIN.replace("TEXTURE_CODE", _texture_code(spec)))
+    vert = head + _VERTEX.split("\n", 2)[2]
+    return vert, frag
+
+
+def _texture_count(spec: ShadeSpec) -> int:
+    if spec.textures == "materials":
+        return sum(1 for s in spec.slots if s)
+    return 0 if spec.textures == "none" else 1
+
+
+# ---- GL resources ----------------------------------------------------------------------------------
+class ShadeTarget:
+    """The shading framebuffer of one image size: the target's float RGBA and int face textures,
+    with its depth buffer. ``empty`` is what clearing leaves in the face attachment (the driver's
+    conversion of the clear color's first channel, +inf), measured once; depth reads +inf where
+    nothing was drawn when ``inf_clears`` (else the caller fills it)."""
+
+    def __init__(self, ctx, target: _Target):
+        self.target = target
+        self.fbo = ctx.framebuffer([target.color, target.face], target.depth)
+        self.fbo.scissor = target.rect
+        self.fbo.use()
+        self.fbo.clear(float("inf"), 0.0, 0.0, 0.0, depth=1.0)
+        x, y = target.rect[:2]
+        self.empty = int(np.frombuffer(self.fbo.read(viewport=(x, y, 1, 1), components=1, attachment=1, dtype="i4"),
+                                       dtype=np.int32)[0])
+        self.inf_clears = bool(np.isinf(np.frombuffer(self.fbo.read(viewport=(x, y, 1, 1), components=4,
+                                                                    attachment=0, dtype="f4"), dtype=np.float32)[0]))
+        self.uv = self.fbo_uv = None  # the UV pre-pass image (trilinear), made on first use
+
+    def uv_pass(self, ctx):
+        """The UV pre-pass framebuffer: float (u, v, covered, 0), sharing the depth buffer."""
+        if self.fbo_uv is None:
+            self.uv = ctx.texture(self.target.depth.size, 4, dtype="f4")
+            self.fbo_uv = ctx.framebuffer([self.uv], self.target.depth)
+            self.fbo_uv.scissor = self.target.rect
+            self.fbo_uv.viewport = self.target.viewport  # use() sets a framebuffer's own viewport
+        return self.fbo_uv
+
+    def objects(self) -> list:
+        return [o for o in (self.fbo, self.fbo_uv, self.uv) if o is not None]
+
+
+class _MeshAttributes:
+    """A mesh's shading buffers: float32 ``[V, 11]`` (position, normal, uv, color), int32 ``[3F]``
+    indices, int32 per-face material ids (a texture), and their vertex arrays."""
+
+    def __init__(self, ctx, key, vertices: np.ndarray, indices: np.ndarray, materials: np.ndarray):
+        self.key = key
+        self.vbo = ctx.buffer(vertices.tobytes())
+        self.ibo = ctx.buffer(indices.tobytes())
+        F = materials.shape[0]
+        rows = max(1, -(-F // _MATERIAL_WIDTH))
+        table = np.zeros(rows * _MATERIAL_WIDTH, dtype=np.int32)
+        table[:F] = materials
+        self.materials = ctx.texture((_MATERIAL_WIDTH, rows), 1, table.tobytes(), dtype="i4")
+        self.vaos: dict = {}
+        self.white = bool((vertices[:, 8:] == 1.0).all())  # the colors are all 1: a program without them
+
+    def objects(self) -> list:
+        return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.materials]
+
+
+def attributes_key(positions, normals, uvs, colors, faces, materials) -> tuple:
+    """Identity and in-place versions of the tensors a mesh's shading buffers came from."""
+    return tuple((id(t), t._version) for t in (positions, normals, uvs, colors, faces, materials))
+
+
+def ensure_attributes(backend: ModernGLBackend, mesh: GLMesh, positions, normals, uvs, colors, faces,
+                      materials) -> _MeshAttributes:
+    """The shading buffers of ``mesh``, made (or made again, counted in ``attribute_uploads``) when
+    the tensors changed since."""
+    key = attributes_key(positions, normals, uvs, colors, faces, materials)
+    got = mesh._shading
+    if got is not None and got.key == key:
+        return got
+    cpu = lambda t: t.detach().to("cpu", torch.float32)  # noqa: E731
+    vertices = torch.cat([cpu(positions), cpu(normals), cpu(uvs), cpu(colors)], 1).numpy()  # [V, 11]
+    indices = faces.detach().to("cpu", torch.int32).numpy().reshape(-1)
+    mats = materials.detach().to("cpu", torch.int32).numpy()
+    with backend._gl("ModernGLBackend.shade_geometry") as ctx:
+        if got is not None:
+            for obj in got.objects():
+                obj.release()
+        mesh._shading = _MeshAttributes(ctx, key, np.ascontiguousarray(vertices), np.ascontiguousarray(indices), mats)
+        backend.counters.attribute_uploads += 1
+    return mesh._shading
+
+
+class _GLTexture:
+    def __init__(self, ctx, source: torch.Tensor, mipmapped: bool, levels: list[torch.Tensor]):
+        self.source, self.version = source, source._version  # the tensor is held: its id stays unique
+        self.mipmapped = mipmapped
+        top = levels[0]
+        Ht, Wt = top.shape[1], top.shape[2]
+        self.tex = ctx.texture((Wt, Ht), 3, _rgb(top), dtype="f4")
+        self.levels = len(levels)
+        if self.levels > 1:
+            self.tex.build_mipmaps(0, self.levels - 1)  # allocates the levels; py_gpu's own box filter fills them
+            for k, level in enumerate(levels[1:], 1):
+                self.tex.write(_rgb(level), level=k)
+
+
+def _rgb(level: torch.Tensor) -> bytes:
+    """float32 RGB bytes of a ``[1, Ht, Wt, C]`` level, row 0 first (C = 1 is gray, C >= 3 keeps RGB)."""
+    t = level[0].detach().to("cpu", torch.float32)
+    t = t.expand(-1, -1, 3) if t.shape[-1] == 1 else t[..., :3]
+    return np.ascontiguousarray(t.numpy()).tobytes()
+
+
+def _texture(backend: ModernGLBackend, entry) -> _GLTexture:
+    source, mipmapped, levels = entry
+    cache: OrderedDict = backend._shade_textures
+    key = id(source)
+    got = cache.get(key)
+    if got is not None and got.source is source and got.version == source._version and (got.mipmapped or not mipmapped):
+        cache.move_to_end(key)
+        return got
+    if got is not None:
+        got.tex.release()
+        cache.pop(key)
+    while len(cache) >= MAX_CACHED_TEXTURES:
+        cache.popitem(last=False)[1].tex.release()
+    got = cache[key] = _GLTexture(backend.ctx, source, mipmapped, levels())
+    backend.counters.texture_uploads += 1
+    return got
+
+
+def _shade_target(backend: ModernGLBackend, target: _Target) -> ShadeTarget:
+    """``target``'s shading framebuffer, made on first use (released with the target)."""
+    if target.shade is None:
+        target.shade = ShadeTarget(backend.ctx, target)
+    return target.shade
+
+
+def _program(backend: ModernGLBackend, spec: ShadeSpec):
+    key = ("shade", spec)
+    prog = backend._programs.get(key)
+    if prog is None:
+        vert, frag = _sources(spec)
+        prog = backend._programs[key] = backend.ctx.program(vertex_shader=vert, fragment_shader=frag)
+    return prog
+
+
+def _vao(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: ShadeSpec, prog, count: int):
+    if spec.instanced:
+        backend._instance_buffer(mesh, count)
+    instances = mesh._instances if spec.instanced else None
+    vao, made_with = attrs.vaos.get(spec, (None, None))
+    if vao is not None and made_with is not instances:  # the instance buffer grew: a new array
+        vao.release()
+        vao = None
+    if vao is None:
+        parts, names = [], []
+        for name, n in (("in_position", 3), ("in_normal", 3), ("in_uv", 2), ("in_color", 3)):
+            used = prog.get(name, None) is not None  # the compiler drops inputs a variant does not read
+            parts.append(f"{n}f" if used else f"{4 * n}x")
+            names += [name] if used else []
+        layout = [(attrs.vbo, " ".join(parts), *names)]
+        if spec.instanced:
+            layout.append((mesh._instances, "16f/i", "in_instance"))
+        vao = backend.ctx.vertex_array(prog, layout, index_buffer=attrs.ibo, index_element_size=4)
+        attrs.vaos[spec] = (vao, instances)
+    return vao
+
+
+# ---- one frame -------------------------------------------------------------------------------------
+def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: ShadeSpec,
+                   inputs: ShadeInputs, size, settings) -> tuple[np.ndarray, np.ndarray]:
+    """Draw and shade ``mesh`` for each of the ``B`` views; read colour, depth and face id back.
+
+    Returns:
+        ``(color_depth, face)``: float32 ``[B, H, W, 4]`` (depth z/w, +inf where empty; then the
+        RGB color, the background where empty) and int64 ``[B, H, W]`` face ids, -1 where empty
+        (instance-major with instances). Row 0 is the image's top.
+    """
+    where = "ModernGLBackend.shade_geometry"
+    H, W = size
+    clip, inst = inputs.clip, inputs.instances
+    B = clip.shape[0]
+    N = 1 if inst is None else inst.shape[1]
+    out = np.empty((B, H, W, 4), dtype=np.float32)
+    raw = np.empty((B, H, W), dtype=np.int32)
+    with backend._gl(where):
+        target = backend._target(W, H)
+        st = _shade_target(backend, target)
+        backend._set_state(target, st.fbo, settings)
+        backend.ctx.front_face = "cw"  # rows are flipped in the projection, which flips the winding too
+        prog = _program(backend, spec)
+        vao = _vao(backend, mesh, attrs, spec, prog, N) if mesh.num_faces and N else None
+        _bind_textures(backend, prog, spec, inputs, attrs)
+        pre = None
+        if spec.uv_image and vao is not None:
+            pre_spec = replace(spec, prepass=True)
+            pre = (st.uv_pass(backend.ctx), _program(backend, pre_spec))
+            pre = pre + (_vao(backend, mesh, attrs, pre_spec, pre[1], N),)
+            st.uv.use(_UV_UNIT)
+            _set(prog, "u_uv_image", _UV_UNIT)
+            _set(prog, "u_rect", target.rect)
+        gl_clip = _flip_rows(_gl_from_py_clip(target, size)) @ clip  # [B, 4, 4]
+        scales = _depth_scales(clip, inst, mesh.bounds)  # [B], as rasterize_geometry chooses them
+        bg = inputs.background
+        for b in range(B):
+            st.fbo.clear(float("inf"), bg[0], bg[1], bg[2], depth=1.0)
+            if vao is not None:
+                if inst is not None and (b == 0 or inst.shape[0] > 1):
+                    cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
+                    mesh._instances.write(cols.tobytes())
+                    backend.counters.instance_uploads += 1
+                if pre is not None:
+                    _uv_prepass(backend, pre, spec, inputs, b, gl_clip[b], scales[b], st, N)
+                _frame_uniforms(prog, spec, inputs, b, gl_clip[b], scales[b], st.empty, mesh.num_faces)
+                vao.render(backend._mgl.TRIANGLES, instances=N)
+                backend.counters.draws += 1
+                if pre is not None:
+                    backend.ctx.depth_func = "<"
+            st.fbo.read_into(out[b], viewport=target.rect, components=4, attachment=0, dtype="f4", alignment=1)
+            st.fbo.read_into(raw[b], viewport=target.rect, components=1, attachment=1, dtype="i4", alignment=1)
+        backend.ctx.front_face = "ccw"
+    np.bitwise_xor(raw, np.int32(st.empty), out=raw)
+    face = np.empty((B, H, W), dtype=np.int64)
+    np.subtract(raw, 1, out=face)  # decoded and widened in one pass
+    if not st.inf_clears:
+        out[..., 0][face < 0] = np.inf
+    return out, face
+
+
+def _uv_prepass(backend: ModernGLBackend, pre, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip, a, st, N: int):
+    """Draw the UV image (and the depth buffer), then leave the shading pass to draw the same
+    fragments again with a ``<=`` depth test."""
+    fbo, prog, vao = pre
+    fbo.use()
+    fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
+    _frame_uniforms(prog, replace(spec, model="unlit", gamma=False), x, b, gl_clip, a, st.empty, 0)
+    vao.render(backend._mgl.TRIANGLES, instances=N)
+    backend.counters.draws += 1
+    st.fbo.use()
+    backend.ctx.depth_func = "<="
+
+
+def _flip_rows(g: np.ndarray) -> np.ndarray:
+    """Image row 0 drawn at GL's bottom row, so that a readback starts with the top row."""
+    g = g.copy()
+    g[1] = -g[1] + 2.0 * g[1, 3] * np.eye(4)[3]  # y' = -(s y) + c w, from y' = s y + c w
+    return g
+
+
+def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.ndarray, a: float, empty: int,
+                    faces: int) -> None:
+    """Every per-frame uniform of view ``b``: matrices, eye, lights, material, gamma."""
+    m = gl_clip.copy()
+    m[2] = a * m[2] - m[3]  # z' = a z - w: GL's near plane is py_gpu's z = 0
+    model = x.model[min(b, x.model.shape[0] - 1)]
+    f4 = lambda v: np.ascontiguousarray(v, dtype=np.float32).tobytes()  # noqa: E731
+    prog["u_clip"].write(f4(m.T))  # column-major
+    _set(prog, "u_model", f4(model.T))
+    _set(prog, "u_normal_matrix", f4(np.linalg.inv(model[:3, :3])))  # (inv(M)^T)^T: column-major
+    _set(prog, "u_depth_scale", 2.0 / a)
+    _set(prog, "u_empty", empty)
+    _set(prog, "u_faces", faces)
+    pick = lambda arr: arr[min(b, arr.shape[0] - 1)]  # noqa: E731
+    if spec.model != "unlit":
+        _set(prog, "u_eye", f4(pick(x.eye)))
+        _set(prog, "u_ambient", f4(pick(x.ambient)))
+        if spec.n_dir:
+            _set(prog, "u_dir_to_light", f4(pick(x.dir_to_light)))
+            _set(prog, "u_dir_radiance", f4(pick(x.dir_radiance)))
+        if spec.n_point:
+            _set(prog, "u_point_position", f4(pick(x.point_position)))
+            _set(prog, "u_point_radiance", f4(pick(x.point_radiance)))
+            _set(prog, "u_point_attenuation", f4(x.point_attenuation))
+        if spec.model == "blinn_phong":
+            _set(prog, "u_specular", f4(pick(x.specular)))
+            _set(prog, "u_shininess", float(pick(x.shininess)))
+    if spec.gamma:
+        _set(prog, "u_inv_gamma", 1.0 / float(x.gamma))
+
+
+def _set(prog, name: str, value) -> None:
+    """Set a uniform the compiler kept (an unused one is optimized away)."""
+    u = prog.get(name, None)
+    if u is None:
+        return
+    if isinstance(value, bytes):
+        u.write(value)
+    else:
+        u.value = value
+
+
+def _bind_textures(backend: ModernGLBackend, prog, spec: ShadeSpec, x: ShadeInputs, attrs: _MeshAttributes) -> None:
+    """Bind the frame's textures (units 1..), their filter and wrap, the material table (unit 0), the rects."""
+    mgl = backend._mgl
+    if spec.needs_materials:
+        attrs.materials.use(0)
+        _set(prog, "u_material", 0)
+    if spec.n_rects:
+        _set(prog, "u_rects", np.ascontiguousarray(x.rects, dtype=np.float32).tobytes())
+    entries = [e for e in x.textures if e is not None]
+    levels = []
+    for k, entry in enumerate(entries):
+        tex = _texture(backend, entry)
+        gl_filter = {"nearest": (mgl.NEAREST, mgl.NEAREST), "bilinear": (mgl.LINEAR, mgl.LINEAR),
+                     "trilinear": (mgl.LINEAR_MIPMAP_NEAREST, mgl.LINEAR)}[spec.filter]
+        tex.tex.filter = gl_filter
+        repeat = spec.wrap == "repeat" and spec.textures != "atlas"  # atlas UVs are sampled clamped
+        tex.tex.repeat_x = tex.tex.repeat_y = repeat
+        tex.tex.use(k + 1)
+        _set(prog, f"u_tex{k}", k + 1)
+        levels.append(float(tex.levels))
+    if levels:
+        _set(prog, "u_levels", np.asarray(levels, dtype=np.float32).tobytes())
+

@@ -1,0 +1,227 @@
+"""GL shading for ``Renderer.render``: which calls it covers (or why not), and the frame it makes.
+
+A call is shaded in GL (:mod:`py_gpu.backends.gl_shading`) when the backend has GL shading
+(ModernGL), the mode is hard, the handle's positions are unbatched, nothing needs a gradient
+(``torch.no_grad()`` or no input requiring grad) and every option is one GL shading covers
+(``ModernGLBackend.shading_capabilities``). Otherwise the call takes the torch shading pass, and
+``RenderStats.shading`` / ``shading_reason`` say which ran and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..backends.gl_shading import MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, ShadeInputs, ShadeSpec, ensure_attributes, \
+    shade_geometry
+from ..backends.moderngl import ModernGLBackend
+from ..camera import Camera
+from ..contracts import Frame
+from ..shading.lights import AmbientLight, DirectionalLight, Material, PointLight
+from ..shading.texture import Texture, _check_texture, build_mipmaps
+from .geometry import matrices
+from .scene import MeshHandle, Scene
+
+__all__ = ["GLPlan", "plan", "render"]
+
+_ID_ATTACHMENTS = ("object_id", "instance_id", "material_id")
+
+
+@dataclass
+class GLPlan:
+    """A call GL shading covers: its program spec and its textures' entries."""
+
+    spec: object
+    textures: list
+    rects: np.ndarray | None
+
+
+def _wants_grad(named: dict) -> str | None:
+    """The name of the first tensor that requires grad (with grad mode on), or None."""
+    if not torch.is_grad_enabled():
+        return None
+    for name, value in named.items():
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            return name
+    return None
+
+
+def _grad_inputs(h: MeshHandle, camera: Camera, lights, textures, material, transforms, instances, atlas_rects) -> dict:
+    named = {"positions": h.positions, "normals": h.normals, "colors": h.colors, "uvs": h.uvs,
+             "camera.view": camera.view, "camera.projection": camera.projection, "transforms": transforms,
+             "instances": instances, "atlas_rects": atlas_rects}
+    for k, light in enumerate(lights):
+        for field in ("color", "intensity", "direction", "position"):
+            named[f"lights[{k}].{field}"] = getattr(light, field, None)
+    if material is not None:
+        named["material.specular"], named["material.shininess"] = material.specular, material.shininess
+    texs = textures if isinstance(textures, (list, tuple)) else [textures]
+    for k, t in enumerate(texs):
+        named[f"textures[{k}]"] = t.image if isinstance(t, Texture) else t
+    return named
+
+
+def plan(scene: Scene, h: MeshHandle, camera: Camera, *, lights: Sequence, textures, atlas_rects, material, model: str,
+         flat: bool, transforms, instances, single_handle: bool, attachments: Sequence[str], gamma, texture_filter: str,
+         texture_wrap: str, settings, shading: str) -> tuple[GLPlan | None, str]:
+    """``(plan, "")`` when GL shading covers this call, else ``(None, why not)``."""
+    if shading == "torch":
+        return None, "shading='torch' was asked for"
+    if not isinstance(scene.backend, ModernGLBackend):
+        return None, f"the {scene.backend.capabilities.name} backend has no GL shading"
+    if settings.mode != "hard":
+        return None, f"{settings.mode} mode is shaded in torch"
+    if h.positions.dim() != 2:
+        return None, "batched positions [B, V, 3] are shaded in torch"
+    if flat:
+        return None, "flat shading (face normals) is shaded in torch"
+    if instances is not None and not single_handle:
+        return None, "instances of a merged scene"
+    extra = [a for a in attachments if a not in _ID_ATTACHMENTS]
+    if extra:
+        return None, f"attachments {extra} need the torch G-buffer"
+    if texture_filter not in ("nearest", "bilinear", "trilinear") or texture_wrap not in ("repeat", "clamp"):
+        return None, "texture filter or wrap not covered"
+    needs = _wants_grad(_grad_inputs(h, camera, lights, textures, material, transforms, instances, atlas_rects))
+    if needs is not None:
+        return None, f"gradients: `{needs}` requires grad"
+    if gamma is not None and not (isinstance(gamma, (int, float)) and gamma > 0):
+        return None, "gamma is not a positive number"  # the torch path says so in its error
+    kinds = [type(light) for light in lights]
+    if any(k not in (AmbientLight, DirectionalLight, PointLight) for k in kinds):
+        return None, "a light kind GL shading does not know"
+    n_dir, n_point = kinds.count(DirectionalLight), kinds.count(PointLight)
+    if max(n_dir, n_point) > MAX_LIGHTS:
+        return None, f"more than {MAX_LIGHTS} directional or point lights"
+    lit = model if lights and model != "unlit" else "unlit"
+    tex = _texture_plan(textures, atlas_rects, h.has_uvs, texture_filter)
+    if isinstance(tex, str):
+        return None, tex
+    mode, slots, entries, rects = tex
+    spec = ShadeSpec(instanced=instances is not None, n_dir=n_dir, n_point=n_point, model=lit, textures=mode,
+                     slots=slots, n_rects=0 if rects is None else rects.shape[0], filter=texture_filter,
+                     wrap=texture_wrap, gamma=gamma is not None, transformed=transforms is not None)
+    return GLPlan(spec, entries, rects), ""
+
+
+def _texture_plan(textures, atlas_rects, has_uvs: bool, filt: str):
+    """``(mode, slots, entries, rects)`` for the textures of a call, or a string saying why GL can't."""
+    if textures is None:
+        return "none", (), [], None
+    if not has_uvs:
+        return "a mesh has no UVs"  # the torch path says so in its error
+    mip = filt == "trilinear"
+    if isinstance(textures, (list, tuple)):
+        entries = [None if t is None else _entry(t, mip) for t in textures]
+        if any(isinstance(e, str) for e in entries):
+            return next(e for e in entries if isinstance(e, str))
+        slots = tuple(e is not None for e in entries)
+        if sum(slots) > MAX_TEXTURES:
+            return f"more than {MAX_TEXTURES} textures"
+        return "materials", slots, [e for e in entries if e is not None], None
+    entry = _entry(textures, mip)
+    if isinstance(entry, str):
+        return entry
+    if atlas_rects is None:
+        return "single", (), [entry], None
+    if not isinstance(atlas_rects, torch.Tensor) or atlas_rects.dim() != 2 or atlas_rects.shape[-1] != 4 \
+            or not 0 < atlas_rects.shape[0] <= MAX_RECTS:
+        return f"atlas_rects other than a float [M <= {MAX_RECTS}, 4] tensor"
+    return "atlas", (), [entry], atlas_rects.detach().to("cpu", torch.float64).numpy()
+
+
+def _entry(tex, mip: bool):
+    """``(source, mipmapped, levels)`` of one texture (see ``gl_shading.ShadeInputs``), or why not."""
+    if isinstance(tex, Texture):
+        image, levels = tex.image, (tex.mipmaps if mip else (lambda: [tex.image]))
+    elif isinstance(tex, torch.Tensor):
+        image = tex
+
+        def levels():
+            checked = _check_texture("Renderer.render", tex)
+            return build_mipmaps(checked) if mip else [checked]
+    else:
+        return "a texture that is neither a tensor nor a Texture"
+    if image.dim() == 4 and image.shape[0] > 1:
+        return "batched textures [B, Ht, Wt, C] are shaded in torch"
+    if image.shape[-1] not in (1, 3, 4):
+        return f"textures with {image.shape[-1]} channels are shaded in torch"
+    return image, mip, levels
+
+
+# ---- the frame -------------------------------------------------------------------------------------
+def _numpy(value, B: int, channels: int | None) -> np.ndarray:
+    """A light or material parameter as float64 ``[B|1, channels]`` (``[B|1]`` when ``channels`` is None)."""
+    t = value.detach().to("cpu", torch.float64) if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
+    a = t.numpy()
+    if channels is None:
+        return a.reshape(-1)
+    return np.broadcast_to(a, (channels,)).reshape(1, channels) if a.ndim == 0 else a.reshape(-1, channels)
+
+
+def _light_inputs(lights, B: int) -> dict:
+    """Ambient sum, directions toward directional lights, point lights, each per view."""
+    amb, dirs, drad, pos, prad, att = np.zeros((1, 3)), [], [], [], [], []
+    for light in lights:
+        radiance = _numpy(light.color, B, 3) * _numpy(light.intensity, B, None)[:, None]  # [B|1, 3]
+        if isinstance(light, AmbientLight):
+            amb = amb + radiance
+        elif isinstance(light, DirectionalLight):
+            d = _numpy(light.direction, B, 3)
+            dirs.append(-d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-12))
+            drad.append(radiance)
+        else:
+            pos.append(_numpy(light.position, B, 3))
+            prad.append(radiance)
+            att.append(np.asarray(light.attenuation, dtype=np.float64))
+    stack = lambda xs: (np.stack(np.broadcast_arrays(*xs), 1) if xs else np.zeros((1, 0, 3)))  # noqa: E731
+    return {"ambient": amb, "dir_to_light": stack(dirs), "dir_radiance": stack(drad), "point_position": stack(pos),
+            "point_radiance": stack(prad), "point_attenuation": np.asarray(att).reshape(-1, 3)}
+
+
+def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, settings, background, *, lights, material,
+           transforms, instances, gamma, attachments: Sequence[str]) -> Frame:
+    """The frame of a call that ``plan`` accepted, shaded in GL (one draw and readback per view)."""
+    where, B = "Renderer.render", camera.batch_size
+    view = camera.view.detach().to("cpu", torch.float64)
+    cam = (camera.projection.detach().to("cpu", torch.float64) @ view).numpy()  # [B|1, 4, 4]
+    r, t = view[:, :3, :3], view[:, :3, 3:]
+    eye = (-(r.transpose(1, 2) @ t)[..., 0]).numpy()  # [B|1, 3]
+    kw = dict(device=scene.device, dtype=scene.dtype, batch_size=B)
+    model = np.eye(4)[None] if transforms is None else \
+        matrices(where, "transforms", transforms, batched_dim=3, **kw).detach().to("cpu", torch.float64).numpy()
+    inst = None if instances is None else \
+        matrices(where, "instances", instances, batched_dim=4, **kw).detach().to("cpu", torch.float64).numpy()
+    clip = np.broadcast_to(cam @ model, (B, 4, 4))
+    mat = material or Material()
+    x = ShadeInputs(clip=clip, model=model, instances=inst, eye=eye, specular=_numpy(mat.specular, B, 3),
+                    shininess=_numpy(mat.shininess, B, None), gamma=gamma, textures=p.textures, rects=p.rects,
+                    background=tuple(float(c) for c in background), **_light_inputs(lights, B))
+    mesh = scene.gpu_mesh(h, settings.mode)
+    attrs = ensure_attributes(scene.backend, mesh, h.positions, h.current_normals(), h.uvs, h.colors, h.faces,
+                              h.material_ids)
+    spec = p.spec if attrs.white == p.spec.white else replace(p.spec, white=attrs.white)
+    out, face = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
+    o, f = torch.from_numpy(out), torch.from_numpy(face)  # no copies
+    image, depth = o[..., 1:], o[..., 0]
+    alpha = torch.from_numpy(np.greater_equal(face, 0)[..., None].astype(np.float32))
+    if scene.dtype != torch.float32 or scene.device.type != "cpu":
+        image, depth, alpha = (t.to(scene.device, scene.dtype) for t in (image, depth, alpha))
+        f = f.to(scene.device)
+    return Frame(image, alpha, depth, f, _id_extras(scene, h, attachments, inst, f))
+
+
+def _id_extras(scene: Scene, h: MeshHandle, names: Sequence[str], inst, face: torch.Tensor) -> dict:
+    """The id attachments, int64 ``[B, H, W, 1]`` (-1 where empty), looked up by face id."""
+    if not names:
+        return {}
+    N = 1 if inst is None else inst.shape[1]
+    F = h.num_faces * N
+    inst_ids = scene.instances(h, N)[1] if inst is not None and "instance_id" in names else None
+    tables = {"object_id": h.object_ids.repeat(N), "material_id": h.material_ids.repeat(N),
+              "instance_id": inst_ids if inst_ids is not None else torch.zeros(F, dtype=torch.int64)}
+    top = torch.where(face >= 0, face, F)
+    return {n: torch.cat([tables[n].to(face.device), face.new_full((1,), -1)])[top][..., None] for n in names}

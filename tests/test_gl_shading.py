@@ -1,0 +1,236 @@
+"""GL shading of ``Renderer.render`` (py_gpu.renderer.gl_path, py_gpu.backends.gl_shading).
+
+Each scene is rendered twice on the same ModernGL renderer: shaded in GL (``shading="auto"``)
+and by the torch shading pass (``shading="torch"``), which rasterize the same fragments. The
+images must agree within 1/255 on at least ``PARITY`` of the pixels (float32 GLSL against
+torch: a few pixels may differ at exact edge ties or texel boundaries), and ``RenderStats``
+must say which path ran.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from py_gpu.camera import Camera
+from py_gpu.demo import checker, rotation_y, stripes, translate
+from py_gpu.renderer import Renderer
+from py_gpu.settings import RasterSettings
+from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
+from py_gpu.shading.texture import Texture
+from py_gpu.shapes import cube, plane, torus, uv_sphere
+
+pytestmark = pytest.mark.gl
+
+SIZE = (96, 128)
+#: Fraction of pixels whose color must agree within 1/255 (and whose face id must be equal).
+PARITY = 0.999
+LIGHTS = [AmbientLight(intensity=0.2), DirectionalLight((-1.0, -1.0, -0.5), intensity=0.8),
+          PointLight((0.5, 2.0, 1.5), (1.0, 0.9, 0.8), 2.0, (1.0, 0.1, 0.3))]
+
+
+@pytest.fixture
+def r(gl_available, gl_watch):
+    """A renderer on its own ModernGL backend, checked for GL errors after the test."""
+    renderer = Renderer(SIZE, backend="moderngl", background=(0.1, 0.2, 0.3))
+    gl_watch.add(renderer.backend, what="renderer's ModernGL backend")
+    yield renderer
+    renderer.backend.release()
+
+
+def _camera(eye=(0.6, 1.8, 3.2), at=(0.0, 0.0, 0.0)) -> Camera:
+    return Camera.perspective(eye, at, fov_y=55.0, aspect=SIZE[1] / SIZE[0], near=0.1, far=30.0)
+
+
+def _colored_torus():
+    g = torch.Generator().manual_seed(3)
+    m = torus(1.0, 0.35, 40, 20)
+    return m.with_colors(torch.rand(m.positions.shape[0], 3, generator=g) * 0.8 + 0.2)
+
+
+def _both(r: Renderer, handle, camera, **kw):
+    """The frame shaded in GL (asserted) and the same call shaded in torch."""
+    with torch.no_grad():
+        gl = r.render(handle, camera, **kw)
+        assert r.stats.shading == "gl", r.stats.shading_reason
+        assert r.stats.shading_reason == ""
+        ref = r.render(handle, camera, shading="torch", **kw)
+        assert r.stats.shading == "torch" and "shading='torch'" in r.stats.shading_reason
+    return gl, ref
+
+
+def _assert_parity(gl, ref, what: str) -> None:
+    covered = (ref.face_index >= 0).float().mean().item()
+    assert covered > 0.1, f"{what}: the scene covers only {covered:.3f} of the image"
+    face = (gl.face_index == ref.face_index).double().mean().item()
+    close = ((gl.image - ref.image).abs().amax(-1) <= 1.0 / 255.0 + 1e-6).double().mean().item()
+    print(f"{what}: face ids agree on {face:.6f}, colors within 1/255 on {close:.6f} of pixels")
+    assert face >= PARITY, f"{what}: face ids agree on {face:.6f} of pixels"
+    assert close >= PARITY, f"{what}: colors agree within 1/255 on {close:.6f} of pixels"
+    same = gl.face_index == ref.face_index
+    assert torch.equal(gl.alpha[same], ref.alpha[same])
+    hit = same & (ref.face_index >= 0)
+    assert float((gl.depth[hit] - ref.depth[hit]).abs().max()) < 1e-5
+    assert bool(torch.isinf(gl.depth[gl.face_index < 0]).all())
+    assert gl.image.dtype == ref.image.dtype and gl.face_index.dtype == torch.int64
+
+
+@pytest.mark.parametrize("model", ["unlit", "lambert", "blinn_phong"])
+def test_vertex_colors(r, model):
+    h = r.upload(_colored_torus())
+    gl, ref = _both(r, h, _camera(), lights=LIGHTS, model=model)
+    _assert_parity(gl, ref, f"vertex colors, {model}")
+    assert gl.image.std() > 0.05  # really shaded: not one flat color
+
+
+@pytest.mark.parametrize("light", [AmbientLight((0.9, 0.7, 0.5), 0.6), DirectionalLight((0.3, -1.0, -0.8), (1.0, 0.8, 0.6), 1.3),
+                                   PointLight((-0.8, 1.5, 1.2), (0.7, 0.9, 1.0), 3.0, (1.0, 0.2, 0.5))],
+                         ids=["ambient", "directional", "point"])
+@pytest.mark.parametrize("model", ["lambert", "blinn_phong"])
+def test_each_light_kind(r, light, model):
+    h = r.upload(uv_sphere(24, 48, 1.0))
+    gl, ref = _both(r, h, _camera((0.4, 0.8, 2.8)), lights=[light], model=model, material=Material((0.5, 0.4, 0.3), 24.0))
+    _assert_parity(gl, ref, f"{type(light).__name__}, {model}")
+
+
+@pytest.mark.parametrize("filt", ["nearest", "bilinear", "trilinear"])
+@pytest.mark.parametrize("wrap", ["repeat", "clamp"])
+def test_textured_with_mipmaps(r, filt, wrap):
+    """A tiled checker on a plane seen at a grazing angle and a torus: every mip level is used."""
+    g = torch.Generator().manual_seed(5)
+    tex = Texture(checker(8, (0.9, 0.85, 0.8), (0.15, 0.25, 0.6)) * (0.8 + 0.2 * torch.rand(64, 64, 1, generator=g)))
+    floor = plane(8.0, 6)
+    floor = replace(floor, uvs=floor.uvs * 6.0 - 1.0)  # tiles (repeat) or edge texels (clamp)
+    h = r.upload([floor.transformed(translate(0.0, -0.6, 0.0)), torus(0.7, 0.25, 48, 24)])
+    gl, ref = _both(r, h, _camera((0.0, 0.9, 3.5), (0.0, -0.3, -1.0)), lights=LIGHTS, textures=tex,
+                    texture_filter=filt, texture_wrap=wrap, gamma=2.2)
+    _assert_parity(gl, ref, f"texture {filt} {wrap}")
+
+
+def test_per_material_textures_transforms_and_gamma_on_the_demo_scene(r):
+    scene = r.upload([
+        plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),
+        cube(1.1).transformed(translate(-1.7, -0.25, 0.0)).with_material(1),
+        uv_sphere(24, 48, 0.7).transformed(translate(0.0, -0.1, -0.6)).with_material(2),
+        torus(0.55, 0.2, 48, 24).transformed(translate(1.7, -0.1, 0.2)).with_material(3),
+    ])
+    textures = [Texture(checker(4, (0.85, 0.85, 0.8), (0.3, 0.32, 0.38))),
+                checker(2, (0.95, 0.55, 0.2), (0.2, 0.45, 0.9)), Texture(stripes(64)), None]
+    cam = Camera.perspective((0.0, 2.2, 5.6), (0.0, -0.3, 0.0), fov_y=50.0, aspect=SIZE[1] / SIZE[0])
+    for k in (0, 7):
+        gl, ref = _both(r, scene, cam, lights=LIGHTS, textures=textures, material=Material(0.35, 48.0),
+                        transforms=rotation_y(2 * math.pi * k / 24), texture_filter="trilinear", gamma=2.2,
+                        attachments=("object_id", "material_id", "instance_id"))
+        _assert_parity(gl, ref, f"demo scene, turn {k}")
+        for name in ("object_id", "material_id", "instance_id"):
+            same = gl.face_index == ref.face_index
+            assert torch.equal(gl.extras[name][same], ref.extras[name][same]), name
+        assert set(gl.extras["material_id"].unique().tolist()) == {-1, 0, 1, 2, 3}
+
+
+def test_atlas_rects(r):
+    atlas = torch.cat([checker(2, (1.0, 0.2, 0.2), (0.2, 0.2, 1.0)), stripes(16)], 1)  # [16, 32, 3]
+    rects = torch.tensor([[0.02, 0.02, 0.48, 0.98], [0.52, 0.02, 0.98, 0.98]])
+    h = r.upload([cube(1.0).transformed(translate(-0.7, 0.0, 0.0)).with_material(0),
+                  uv_sphere(16, 32, 0.6).transformed(translate(0.8, 0.0, 0.0)).with_material(1)])
+    for filt in ("bilinear", "trilinear"):
+        gl, ref = _both(r, h, _camera((0.3, 1.0, 3.0)), lights=LIGHTS, textures=atlas, atlas_rects=rects,
+                        texture_filter=filt)
+        _assert_parity(gl, ref, f"atlas, {filt}")
+
+
+def test_instances_transforms_and_several_views(r):
+    h = r.upload(_colored_torus())
+    inst = torch.eye(4).repeat(3, 1, 1)
+    inst[:, :3, 3] = torch.tensor([[-1.6, 0.0, 0.0], [0.0, 0.4, -1.0], [1.6, 0.0, 0.3]])
+    inst[1, :3, :3] = rotation_y(0.8)[:3, :3] * 0.7
+    eyes = torch.tensor([[0.5, 2.5, 4.5], [-2.0, 1.0, 4.0]])
+    cams = Camera.perspective(eyes, torch.zeros(2, 3), fov_y=60.0, aspect=SIZE[1] / SIZE[0])
+    tf = rotation_y(0.3) @ translate(0.0, 0.1, 0.0)
+    gl, ref = _both(r, h, cams, instances=inst, transforms=tf, lights=LIGHTS, textures=checker(2, (1.0, 1.0, 1.0), (0.4, 0.4, 0.4)),
+                    attachments=("instance_id",))
+    assert gl.image.shape == (2, *SIZE, 3)
+    _assert_parity(gl, ref, "instances, transforms, two views")
+    assert set(gl.extras["instance_id"].unique().tolist()) == {-1, 0, 1, 2}
+
+
+def test_float64_renderer_and_cull(gl_available, gl_watch):
+    r = Renderer(SIZE, backend="moderngl", dtype=torch.float64)
+    gl_watch.add(r.backend)
+    try:
+        h = r.upload(cube(1.2))
+        cam = _camera((0.0, 0.0, 0.3))  # inside the cube: culling empties the frame
+        gl, ref = _both(r, h, cam, lights=LIGHTS)
+        assert gl.image.dtype == torch.float64 and gl.depth.dtype == torch.float64
+        _assert_parity(gl, ref, "inside a cube, float64")
+        with torch.no_grad():
+            culled = r.render(h, cam, cull_backfaces=True)
+        assert r.stats.shading == "gl" and bool((culled.face_index == -1).all())
+        outside = r.render(h, _camera(), cull_backfaces=True, lights=LIGHTS)
+        want = r.render(h, _camera(), cull_backfaces=True, lights=LIGHTS, shading="torch")
+        _assert_parity(outside, want, "culled cube")
+    finally:
+        r.backend.release()
+
+
+def test_fallbacks_are_reported(r):
+    h = r.upload(_colored_torus())
+    cam = _camera()
+    cases = [
+        (dict(attachments=("normal",)), "G-buffer"),
+        (dict(flat=True), "flat"),
+        (dict(shading="torch"), "shading='torch'"),
+    ]
+    for kw, why in cases:
+        frame = r.render(h, cam, lights=LIGHTS, **kw)
+        assert r.stats.shading == "torch" and why in r.stats.shading_reason, (kw, r.stats.shading_reason)
+        assert frame.image.shape == (1, *SIZE, 3)
+    # a tensor that needs gradients: the torch pass runs, and the gradient arrives
+    tex = checker(2, (1.0, 1.0, 1.0), (0.5, 0.5, 0.5)).requires_grad_(True)
+    th = r.upload(torus(1.0, 0.35, 40, 20))
+    frame = r.render(th, cam, lights=LIGHTS, textures=tex)
+    assert r.stats.shading == "torch" and "`textures[0]` requires grad" in r.stats.shading_reason
+    frame.image.sum().backward()
+    assert tex.grad is not None and float(tex.grad.abs().sum()) > 0
+    with torch.no_grad():  # the same call without grad mode is shaded in GL
+        r.render(th, cam, lights=LIGHTS, textures=tex)
+    assert r.stats.shading == "gl"
+    frames = r.stats.frames
+    assert r.stats.gl_frames < frames
+    # soft mode and other backends are shaded in torch, saying why
+    t = Renderer(SIZE, backend="torch", settings=RasterSettings(mode="soft"))
+    t.render(t.upload(cube(1.0)), cam)
+    assert t.stats.shading == "torch" and "no GL shading" in t.stats.shading_reason
+    assert "soft mode" in r.backend.shading_capabilities["falls_back_for"]
+
+
+def test_buffers_are_kept_and_resent_only_on_change(r):
+    gl = r.backend
+    h = r.upload(_colored_torus())
+    tex = Texture(checker(4, (0.9, 0.9, 0.9), (0.2, 0.2, 0.2)))
+    cam = _camera()
+    with torch.no_grad():
+        first = r.render(h, cam, lights=LIGHTS, textures=tex, texture_filter="trilinear")
+        before = (gl.counters.attribute_uploads, gl.counters.texture_uploads, gl.counters.geometry_uploads)
+        for _ in range(5):
+            last = r.render(h, cam, lights=LIGHTS, textures=tex, texture_filter="trilinear")
+    assert before == (1, 1, 1)
+    assert (gl.counters.attribute_uploads, gl.counters.texture_uploads, gl.counters.geometry_uploads) == before
+    assert gl.counters.vertex_uploads == 0
+    assert torch.equal(first.image, last.image)
+    assert first.image.data_ptr() != last.image.data_ptr()  # each frame owns its tensors
+    with torch.no_grad():
+        h.colors[:] = torch.tensor([1.0, 0.2, 0.2])  # in place: the shading buffers follow
+        tex.image[:4] = 0.0
+        red = r.render(h, cam, lights=LIGHTS, textures=tex, texture_filter="trilinear")
+    assert (gl.counters.attribute_uploads, gl.counters.texture_uploads) == (before[0] + 1, before[1] + 1)
+    ref = r.render(h, cam, lights=LIGHTS, textures=tex, texture_filter="trilinear", shading="torch")
+    _assert_parity(red, ref, "after in-place changes")
+    # releasing the handle frees its shading buffers with it
+    held = len(gl.gl_objects())
+    mine = len(h._gpu.objects())
+    r.release(h)
+    assert len(gl.gl_objects()) == held - mine and mine >= 6
