@@ -130,7 +130,17 @@ def _run(report: Report, quick: bool) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    import datetime
+    import pathlib
+    import platform
+
     r = Report()
     run(r, quick=False)
     for table in r.tables:
         print(table.text())
+    out = pathlib.Path(__file__).resolve().parent.parent / "docs" / "benchmarks-soft-speed.md"
+    head = (f"# Soft mode speed\n\nWritten by `python benchmarks/suite_soft_speed.py` on {datetime.date.today()} "
+            f"({platform.processor() or platform.machine()}, torch {torch.__version__}). Medians in ms; the "
+            "machine is shared, so figures move by tens of percent between runs.\n\n")
+    out.write_text(head + "\n".join(t.markdown() for t in r.tables))
+    print(f"wrote {out}")
