@@ -2,7 +2,8 @@
 
 - ``py-gpu info``: version, backends (available or why not), torch devices, optional packages.
 - ``py-gpu seed``: render the seed benchmark scene with the best available backend to a PNG.
-- ``py-gpu demo``: render lit, textured shapes on a turntable to a PNG and an animated GIF.
+- ``py-gpu demo``: every backend on one scene (time, pixels equal to the reference), a lit,
+  textured turntable, a pose fit and a mesh deformation, with PNGs, GIFs and loss curves.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from ._check import MAX_IMAGE_SIDE, BackendUnavailableError, PyGpuTypeError, PyG
 from ._version import __version__
 from .backends import available_backends, torch_devices
 from .compat import detect_gpu_packages, select_backend
-from .demo import render_demo
 from .fixtures import SEED_BACKGROUND, seed_fixture
+from .showcase import run_demo
 
 
 def _info(args) -> int:
@@ -53,10 +54,12 @@ def _seed(args) -> int:
 
 def _demo(args) -> int:
     t0 = time.perf_counter()
-    paths = render_demo(args.out, frames=args.frames, size=(args.height, args.width), backend=args.backend, mp4=args.mp4)
-    print(f"{args.frames} frames at {args.width}x{args.height} ({args.backend}) in {time.perf_counter() - t0:.1f} s")
-    for path in paths:
-        print(f"wrote {path}")
+    size = None if args.width is None and args.height is None else (args.height or 240, args.width or 360)
+    result = run_demo(args.out, quick=args.quick, progress=not args.no_progress, backend=args.backend,
+                      frames=args.frames, size=size, mp4=args.mp4)
+    print(f"done in {time.perf_counter() - t0:.1f} s; wrote {len(result.files)} files into {args.out}/:")
+    for path in result.files:
+        print(f"  {path}")
     return 0
 
 
@@ -99,12 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_count(0), default=7)
     p.add_argument("--output", default="py_gpu_seed.png")
     p.set_defaults(func=_seed)
-    p = sub.add_parser("demo", help="render lit, textured shapes rotating to a PNG and a GIF")
-    p.add_argument("--out", default="py_gpu_demo")
-    p.add_argument("--frames", type=_count(1, 10_000), default=24)
-    p.add_argument("--width", type=_SIDE, default=360)
-    p.add_argument("--height", type=_SIDE, default=240)
-    p.add_argument("--backend", default="torch")
+    p = sub.add_parser("demo", help="every backend side by side, a turntable, two gradient fits; pictures and plots")
+    p.add_argument("--out", default="py_gpu-demo", help="output folder (default: ./py_gpu-demo)")
+    p.add_argument("--quick", action="store_true", help="a smaller, faster run")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--frames", type=_count(1, 10_000), default=None, help="turntable frames (default 24)")
+    p.add_argument("--width", type=_SIDE, default=None, help="turntable width (default 360)")
+    p.add_argument("--height", type=_SIDE, default=None, help="turntable height (default 240)")
+    p.add_argument("--backend", default="torch", help="backend of the turntable (default torch)")
     p.add_argument("--mp4", action="store_true", help="also write an MP4 (needs imageio-ffmpeg)")
     p.set_defaults(func=_demo)
     return parser

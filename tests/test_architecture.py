@@ -35,7 +35,7 @@ TOOL = _tool()
 LAYERS = [set(prefixes) for _, prefixes in TOOL.LAYERS]
 #: Third-party modules that are optional, the only ones a function may import.
 OPTIONAL = {"moderngl", "py_3d", "trimesh", "imageio", "imageio.v2", "PIL", "matplotlib", "matplotlib.pyplot",
-            "ctypes.wintypes", "tqdm"}
+            "ctypes.wintypes", "tqdm", "imageio_ffmpeg"}
 #: Names py_gpu 0.0.1 defined; only py_gpu.compat may define them.
 SEED_NAMES = {"ScreenVertex", "ScreenTriangle", "RasterBatch", "FrameBuffer", "DepthBuffer", "CPURasterBackend",
               "NumpyRasterBackend", "ModernGLRasterBackend", "RasterBackend", "select_backend", "detect_gpu_packages"}

@@ -33,7 +33,7 @@ LAYERS = [
     ("front end", ["py_gpu.frontend"]),
     ("renderer", ["py_gpu.renderer"]),
     ("py_gpu 0.0.1 compatibility", ["py_gpu.compat"]),
-    ("fixtures, py_3d bridge, demo", ["py_gpu.fixtures", "py_gpu.adapters", "py_gpu.demo"]),
+    ("fixtures, py_3d bridge, demo", ["py_gpu.fixtures", "py_gpu.adapters", "py_gpu.demo", "py_gpu.showcase"]),
     ("command line", ["py_gpu.cli"]),
     ("public API", ["py_gpu"]),
 ]
