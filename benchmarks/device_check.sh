@@ -16,7 +16,6 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # this list); with PY_GPU_TEST_DEVICES=cuda only their CUDA variants are collected.
 DEVICE_TESTS=(
     tests/test_antialias.py
-    tests/test_syncs.py
     tests/test_camera.py
     tests/test_clip.py
     tests/test_fit.py
@@ -32,4 +31,6 @@ DEVICE_TESTS=(
     tests/test_torch_hard.py
 )
 PY_GPU_TEST_DEVICES=cuda "$PY" -m pytest -q -rs -p no:cacheprovider "${DEVICE_TESTS[@]}" 2>&1 | tee "$OUT/device-tests.log"
+# host synchronisations counted with torch.cuda.set_sync_debug_mode (its CUDA test needs no device fixture)
+"$PY" -m pytest -q -rs -p no:cacheprovider tests/test_syncs.py 2>&1 | tee -a "$OUT/device-tests.log"
 "$PY" benchmarks/run.py --only torch,soft --output "$OUT/benchmarks-device.md" 2>&1 | tee "$OUT/device-bench.log"

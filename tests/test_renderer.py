@@ -386,7 +386,7 @@ def test_camera_fit_soft_from_20_degrees_and_20_percent_off(device):
     assert math.degrees(float(rotation_angle(start_rot, true_rot))) == pytest.approx(20.0)
     omega = torch.zeros(3, **f64, requires_grad=True)
     pos = start_pos.clone().requires_grad_(True)
-    steps = 350
+    steps = 500  # the alpha-composited soft image: 1.3 % off at 350 steps, 0.13 % at 500
     opt = torch.optim.Adam([omega, pos], lr=0.05)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     for _ in range(steps):
