@@ -72,3 +72,19 @@ def test_device_check_runs_every_device_aware_file(request):
     assert aware <= listed, f"device_check.sh misses {sorted(aware - listed)}"
     stale = {f for f in listed & collected if f not in aware}
     assert not stale, f"device_check.sh lists files without device variants: {sorted(stale)}"
+
+
+def test_api_reference_is_current():
+    """docs/api.md is what tools/api_reference.py writes from the docstrings of ``py_gpu.__all__``."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("api_reference_tool", root / "tools" / "api_reference.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    text = tool.render()
+    import py_gpu
+
+    for name in py_gpu.__all__:
+        assert f"### `{name}" in text, name
+    assert (root / "docs" / "api.md").read_text() == text, "run: python tools/api_reference.py"
