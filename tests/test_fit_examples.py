@@ -133,3 +133,9 @@ def test_command_line(tmp_path):
     assert "result: metric" in proc.stdout and "time:" in proc.stdout
     for name in ("before_after.png", "fit.gif", "loss.png"):
         assert (out / name).is_file(), name
+
+
+def test_colours_reach_a_pixel_error_below_one(recipe, device, tmp_path):
+    r = recipe("vertex_colors").run(device=device, steps=60, size=32, seed=0, out=tmp_path)
+    assert r["start_error"] > 20 and r["metric"] < 1.0, r
+    assert {"before_after", "gif", "loss_curve"} <= set(r["files"])
