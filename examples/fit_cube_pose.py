@@ -114,7 +114,7 @@ def fit(steps: int = 200, offset_deg: float = 40.0, snapshots: bool = False):
     return omega.detach(), start_err, end_err, shots
 
 
-def save_png(path: str, shots) -> None:
+def save_strip(path: str, shots) -> None:
     """A strip: the fit's progress, then the target."""
     tiles = [render_pose(w, 0.3, 1e-3).image[0] for w in shots] + [render_pose(TARGET, 0.3, 1e-3).image[0]]
     tiles = [torch.nn.functional.pad(t, (0, 0, 2, 2, 2, 2), value=0.25) for t in tiles]
@@ -133,7 +133,7 @@ def main() -> None:
     print(f"rotation error: start {start_err:.1f} deg -> end {end_err:.3f} deg")
     print("fitted axis-angle:", [round(v, 4) for v in omega.tolist()], "target:", TARGET.tolist())
     if args.png:
-        save_png(args.png, shots)
+        save_strip(args.png, shots)
         print(f"wrote {args.png}")
 
 

@@ -65,7 +65,7 @@ def fit(steps: int = 300, start: torch.Tensor = START, target: torch.Tensor = TA
     return corners, err, shots
 
 
-def save_png(path: str, shots) -> None:
+def save_strip(path: str, shots) -> None:
     """A strip of silhouettes over the optimization (red: target outline area, white: current)."""
     tiles = []
     target = soft_alpha(TARGET, 0.3)
@@ -88,7 +88,7 @@ def main() -> None:
     print(f"mean vertex error: start {start_err:.2f} px -> end {err:.3f} px")
     print("fitted corners:", [tuple(round(v, 2) for v in row) for row in corners.tolist()])
     if args.png:
-        save_png(args.png, shots)
+        save_strip(args.png, shots)
         print(f"wrote {args.png}")
     if not math.isfinite(err):
         raise SystemExit(1)
