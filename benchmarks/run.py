@@ -45,6 +45,15 @@ def machine_line() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {gpu}; python {platform.python_version()}, torch {torch.__version__}"
 
 
+def _progress(total: int):
+    """A tqdm bar over the suites on stderr, when tqdm is installed (it is a py_gpu dependency)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, unit="suite", file=sys.stderr, leave=False)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small cases only")
@@ -63,7 +72,10 @@ def main(argv=None) -> int:
         names = [n for n in names if n in wanted]
     report = Report()
     started = time.perf_counter()
+    bar = _progress(len(names))
     for name in names:
+        if bar is not None:
+            bar.set_description(f"suite {name}")
         print(f"== suite {name}", flush=True)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child-suite", name] + (["--quick"] if args.quick else [])
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -75,6 +87,10 @@ def main(argv=None) -> int:
         print(proc.stdout[:marker], end="", flush=True)
         for t in json.loads(proc.stdout[marker + len(_MARKER):]):
             report.tables.append(Table(t["title"], t["columns"], t["rows"], t["notes"]))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     total = time.perf_counter() - started
     print()
     for table in report.tables:

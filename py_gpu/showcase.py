@@ -25,7 +25,7 @@ import torch
 from PIL import Image
 
 from ._runtime import get_threads, set_threads
-from .backends import available_backends
+from .backends import available_backends, torch_devices
 from .camera import axis_angle_to_matrix, look_at, perspective, rotation_angle, transform_points
 from .contracts import TriangleBatch
 from .demo import render_demo
@@ -92,21 +92,24 @@ def _scene_batch(size: tuple[int, int]) -> TriangleBatch:
 
 def backend_table(size: tuple[int, int] = (120, 180), repeat: int = 3) -> list[tuple[str, float, float]]:
     """``(backend, ms per frame, % of pixels equal to the reference)`` for every exact backend
-    that runs here. The reference is the pure-Python oracle (slow: hence the small frame)."""
+    that runs here, and the torch backend on every other torch device present (CUDA, MPS). The
+    reference is the pure-Python oracle (slow: hence the small frame)."""
 
     batch = _scene_batch(size)
     names = [s.name for s in available_backends() if s.available and not s.name.endswith("-test")]
     order = [n for n in ("reference", "numpy", "torch", "moderngl") if n in names]
     ref = render(batch, size, backend="reference").to_uint8()
     rows = []
-    for name in order:
-        render(batch, size, backend=name)  # warm up (GL context, caches)
+    runs = [(name, name, batch) for name in order]
+    runs += [(f"torch ({d})", "torch", batch.to(d)) for d in torch_devices() if d != "cpu"]  # cuda, mps
+    for label, name, b in runs:
+        render(b, size, backend=name)  # warm up (GL context, caches, device kernels)
         t0 = time.perf_counter()
         for _ in range(1 if name == "reference" else repeat):
-            img = render(batch, size, backend=name).to_uint8()
+            img = render(b, size, backend=name).to_uint8().cpu()
         ms = (time.perf_counter() - t0) * 1000 / (1 if name == "reference" else repeat)
-        same = (img.cpu() == ref).all(-1).float().mean().item() * 100
-        rows.append((name, ms, same))
+        same = (img == ref).all(-1).float().mean().item() * 100
+        rows.append((label, ms, same))
     return rows
 
 
