@@ -30,11 +30,11 @@ import torch
 
 from common import Report, fmt_ms
 from py_gpu.camera import Camera
-from py_gpu.demo import checker, rotation_y, stripes, translate
+from py_gpu.demo import demo_scene, rotation_y
 from py_gpu.renderer import Renderer
-from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
+from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material
 from py_gpu.shading.texture import Texture
-from py_gpu.shapes import cube, plane, torus, uv_sphere
+from py_gpu.shapes import torus
 
 SIZE = (360, 640)
 AMBIENT, SUN = (0.2, 0.2, 0.2), (-0.5, -1.0, -0.6)
@@ -224,33 +224,18 @@ def run(report: Report, quick: bool) -> None:
     _demo(report, quick)
 
 
-def _demo_scene(r: Renderer):
-    scene = r.upload([
-        plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),
-        cube(1.1).transformed(translate(-1.7, -0.25, 0.0)).with_material(1),
-        uv_sphere(24, 48, 0.7).transformed(translate(0.0, -0.1, -0.6)).with_material(2),
-        torus(0.55, 0.2, 48, 24).transformed(translate(1.7, -0.1, 0.2)).with_material(2),
-    ])
-    textures = [Texture(checker(4, (0.85, 0.85, 0.8), (0.3, 0.32, 0.38))),
-                Texture(checker(2, (0.95, 0.55, 0.2), (0.2, 0.45, 0.9))), Texture(stripes(64))]
-    lights = [AmbientLight(intensity=0.25), DirectionalLight((-0.5, -1.0, -0.4), intensity=0.8),
-              PointLight((0.0, 2.5, 2.5), (1.0, 0.85, 0.7), 3.0, (1.0, 0.0, 0.25))]
-    return scene, textures, lights
-
-
 def _demo(report: Report, quick: bool) -> None:
     """The ``py-gpu demo`` turntable (py_gpu/demo.py's scene and options), per frame on each backend."""
     H, W = 240, 360
     frames = 6 if quick else 24
     table = report.table(f"py-gpu demo scene per frame ({W}x{H}, trilinear, 3 lights, gamma; ms/frame)",
                          ["backend", "ms/frame", "shading", "vs moderngl"])
-    cam = Camera.perspective((0.0, 2.2, 5.6), (0.0, -0.3, 0.0), fov_y=50.0, aspect=W / H, near=0.1, far=50.0)
     runs = {}
     for backend in ("moderngl", "torch", "numpy"):
         r = Renderer((H, W), backend=backend, background=(0.06, 0.07, 0.1))
-        scene, textures, lights = _demo_scene(r)
+        scene, textures, lights, cam = demo_scene(r)
 
-        def frame(k, r=r, scene=scene, textures=textures, lights=lights):
+        def frame(k, r=r, scene=scene, textures=textures, lights=lights, cam=cam):
             with torch.no_grad():
                 r.render(scene, cam, lights=lights, textures=textures, material=Material(0.35, 48.0),
                          transforms=rotation_y(2 * math.pi * k / frames), texture_filter="trilinear", gamma=2.2)

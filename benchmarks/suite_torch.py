@@ -125,23 +125,12 @@ def _demo_table(report: Report, quick: bool) -> None:
     """The ``py-gpu demo`` frame (360x240, lit, trilinear textures) on the torch Renderer, 1 thread."""
     import math
 
-    from py_gpu.demo import checker, rotation_y, stripes, translate
-    from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material, PointLight
-    from py_gpu.shading.texture import Texture
-    from py_gpu.shapes import cube, plane, torus, uv_sphere
+    from py_gpu.demo import demo_scene, rotation_y
+    from py_gpu.shading.lights import Material
 
     H, W = 240, 360
     r = py_gpu.Renderer((H, W), backend="torch", background=(0.06, 0.07, 0.1))
-    scene = r.upload([plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),
-                      cube(1.1).transformed(translate(-1.7, -0.25, 0.0)).with_material(1),
-                      uv_sphere(24, 48, 0.7).transformed(translate(0.0, -0.1, -0.6)).with_material(2),
-                      torus(0.55, 0.2, 48, 24).transformed(translate(1.7, -0.1, 0.2)).with_material(2)])
-    textures = [Texture(checker(4, (0.85, 0.85, 0.8), (0.3, 0.32, 0.38))),
-                Texture(checker(2, (0.95, 0.55, 0.2), (0.2, 0.45, 0.9))), Texture(stripes(64))]
-    lights = [AmbientLight(intensity=0.25), DirectionalLight((-0.5, -1.0, -0.4), intensity=0.8),
-              PointLight((0.0, 2.5, 2.5), (1.0, 0.85, 0.7), 3.0, (1.0, 0.0, 0.25))]
-    camera = py_gpu.Camera.perspective((0.0, 2.2, 5.6), (0.0, -0.3, 0.0), fov_y=50.0, aspect=W / H, near=0.1,
-                                       far=50.0)
+    scene, textures, lights, camera = demo_scene(r)
     k = [0]
 
     def frame():

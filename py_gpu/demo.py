@@ -46,6 +46,24 @@ def translate(x: float, y: float, z: float) -> torch.Tensor:
     return m
 
 
+def demo_scene(r: Renderer):
+    """The demo scene uploaded to ``r``: ``(handle, textures, lights, camera)``, the camera framed for
+    ``r.size``. Shared by the turntable, the benchmarks and the GL shading tests."""
+    H, W = r.size
+    scene = r.upload([
+        plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),
+        cube(1.1).transformed(translate(-1.7, -0.25, 0.0)).with_material(1),
+        uv_sphere(24, 48, 0.7).transformed(translate(0.0, -0.1, -0.6)).with_material(2),
+        torus(0.55, 0.2, 48, 24).transformed(translate(1.7, -0.1, 0.2)).with_material(2),
+    ])
+    textures = [Texture(checker(4, (0.85, 0.85, 0.8), (0.3, 0.32, 0.38))),
+                Texture(checker(2, (0.95, 0.55, 0.2), (0.2, 0.45, 0.9))), Texture(stripes(64))]
+    lights = [AmbientLight(intensity=0.25), DirectionalLight((-0.5, -1.0, -0.4), intensity=0.8),
+              PointLight((0.0, 2.5, 2.5), (1.0, 0.85, 0.7), 3.0, (1.0, 0.0, 0.25))]
+    camera = Camera.perspective((0.0, 2.2, 5.6), (0.0, -0.3, 0.0), fov_y=50.0, aspect=W / H, near=0.1, far=50.0)
+    return scene, textures, lights, camera
+
+
 def render_demo(out_dir: str | Path, *, frames: int = 24, size: tuple[int, int] = (240, 360),
                 backend: str = "torch", mp4: bool = False) -> list[Path]:
     """Render the turntable into ``out_dir``; returns the files written (PNG, GIF, MP4 if any).
@@ -59,17 +77,7 @@ def render_demo(out_dir: str | Path, *, frames: int = 24, size: tuple[int, int] 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     r = Renderer((H, W), backend=backend, background=(0.06, 0.07, 0.1))
-    scene = r.upload([
-        plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),
-        cube(1.1).transformed(translate(-1.7, -0.25, 0.0)).with_material(1),
-        uv_sphere(24, 48, 0.7).transformed(translate(0.0, -0.1, -0.6)).with_material(2),
-        torus(0.55, 0.2, 48, 24).transformed(translate(1.7, -0.1, 0.2)).with_material(2),
-    ])
-    textures = [Texture(checker(4, (0.85, 0.85, 0.8), (0.3, 0.32, 0.38))),
-                Texture(checker(2, (0.95, 0.55, 0.2), (0.2, 0.45, 0.9))), Texture(stripes(64))]
-    lights = [AmbientLight(intensity=0.25), DirectionalLight((-0.5, -1.0, -0.4), intensity=0.8),
-              PointLight((0.0, 2.5, 2.5), (1.0, 0.85, 0.7), 3.0, (1.0, 0.0, 0.25))]
-    camera = Camera.perspective((0.0, 2.2, 5.6), (0.0, -0.3, 0.0), fov_y=50.0, aspect=W / H, near=0.1, far=50.0)
+    scene, textures, lights, camera = demo_scene(r)
     images = []
     with torch.no_grad():
         for k in range(frames):
