@@ -24,8 +24,11 @@ def _signature(obj) -> str:
 
 
 def _entry(name: str, obj) -> list[str]:
-    kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "value"
-    head = f"### `{name}{_signature(obj) if kind != 'value' else ''}`"
+    if inspect.ismodule(obj):
+        kind = "module"
+    else:
+        kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "value"
+    head = f"### `{name}{_signature(obj) if kind in ('class', 'function') else ''}`"
     doc = inspect.getdoc(obj) if kind != "value" else None
     if kind == "value":
         doc = re.sub(r" at 0x[0-9a-f]+", "", f"{name} = {obj!r}")
