@@ -48,7 +48,7 @@ def translate(x: float, y: float, z: float) -> torch.Tensor:
 
 def demo_scene(r: Renderer):
     """The demo scene uploaded to ``r``: ``(handle, textures, lights, camera)``, the camera framed for
-    ``r.size``. Shared by the turntable, the benchmarks and the GL shading tests."""
+    ``r.size``. Shared by the turntable and the benchmarks that time its frame."""
     H, W = r.size
     scene = r.upload([
         plane(4.5, 4).transformed(translate(0.0, -0.8, 0.0)).with_material(0),

@@ -24,10 +24,8 @@ def _signature(obj) -> str:
 
 
 def _entry(name: str, obj) -> list[str]:
-    if inspect.ismodule(obj):
-        kind = "module"
-    else:
-        kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "value"
+    kind = ("module" if inspect.ismodule(obj) else "class" if inspect.isclass(obj)
+            else "function" if callable(obj) else "value")
     head = f"### `{name}{_signature(obj) if kind in ('class', 'function') else ''}`"
     doc = inspect.getdoc(obj) if kind != "value" else None
     if kind == "value":
