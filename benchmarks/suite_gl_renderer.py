@@ -30,7 +30,7 @@ import torch
 
 from common import Report, fmt_ms
 from py_gpu.camera import Camera
-from py_gpu.demo import demo_scene, rotation_y
+from py_gpu.demo import checker, demo_scene, rotation_y
 from py_gpu.renderer import Renderer
 from py_gpu.shading.lights import AmbientLight, DirectionalLight, Material
 from py_gpu.shading.texture import Texture
