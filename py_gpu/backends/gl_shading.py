@@ -16,7 +16,8 @@ rounding:
 Per frame only matrices and uniforms reach GL; the mesh's vertex attributes (positions, normals,
 UVs, colors, indexed) and per-face material ids live in GL buffers next to the ``GLMesh`` and
 are sent again only when the tensors they came from change. One framebuffer holds two
-attachments: float ``(depth, r, g, b)`` and int face id. Rows are flipped in the projection, so
+attachments: float ``(depth, r, g, b)`` and int face id (a flat varying from each face's own
+provoking corner, see ``provoking_layout``). Rows are flipped in the projection, so
 each reads back top row first, straight into fresh numpy arrays that torch wraps without a copy.
 """
 
