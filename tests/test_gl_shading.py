@@ -234,3 +234,21 @@ def test_buffers_are_kept_and_resent_only_on_change(r):
     mine = len(h._gpu.objects())
     r.release(h)
     assert len(gl.gl_objects()) == held - mine and mine >= 6
+
+
+def test_provoking_layout_gives_each_face_its_own_last_corner():
+    """Face ids travel as a flat varying from each face's last corner: that corner must be the
+    face's alone, and every corner must still be the same vertex."""
+    import numpy as np
+
+    from py_gpu.backends.gl_shading import provoking_layout
+
+    faces = torus(1.0, 0.35, 12, 8).faces.numpy()
+    V = int(faces.max()) + 1
+    indices, rows, face_of = provoking_layout(faces, V)
+    new = indices.reshape(-1, 3).astype(np.int64)
+    assert np.array_equal(rows[new], faces)  # the same triangles, corners in the same order
+    assert np.unique(new[:, 2]).size == faces.shape[0]  # one provoking corner per face
+    assert np.array_equal(face_of[new[:, 2]], np.arange(faces.shape[0]))
+    empty = provoking_layout(np.zeros((0, 3), np.int64), 0)
+    assert [a.size for a in empty] == [0, 0, 0]

@@ -16,7 +16,8 @@ rounding:
 Per frame only matrices and uniforms reach GL; the mesh's vertex attributes (positions, normals,
 UVs, colors, indexed) and per-face material ids live in GL buffers next to the ``GLMesh`` and
 are sent again only when the tensors they came from change. One framebuffer holds two
-attachments: float ``(depth, r, g, b)`` and int face id. Rows are flipped in the projection, so
+attachments: float ``(depth, r, g, b)`` and int face id (a flat varying from each face's own
+provoking corner, see ``provoking_layout``). Rows are flipped in the projection, so
 each reads back top row first, straight into fresh numpy arrays that torch wraps without a copy.
 """
 
@@ -48,6 +49,7 @@ in vec3 in_position;
 in vec3 in_normal;
 in vec2 in_uv;
 in vec3 in_color;
+in int in_face;               // the face whose provoking (last) corner this vertex is
 #ifdef INSTANCED
 in mat4 in_instance;
 flat out int v_instance;
@@ -59,6 +61,7 @@ out vec3 v_world;
 out vec3 v_normal;
 out vec2 v_uv;
 out vec3 v_color;
+flat out int v_face;          // from the provoking vertex: the face id, without gl_PrimitiveID
 void main() {
     vec4 p = vec4(in_position, 1.0);
     vec3 n = in_normal;
@@ -77,6 +80,7 @@ void main() {
 #endif
     v_uv = in_uv;
     v_color = in_color;
+    v_face = in_face;
 }
 """
 
@@ -86,6 +90,7 @@ in vec3 v_world;
 in vec3 v_normal;
 in vec2 v_uv;
 in vec3 v_color;
+flat in int v_face;
 #ifdef INSTANCED
 flat in int v_instance;
 #endif
@@ -175,7 +180,7 @@ void main() {
 #else
     vec4 grad = vec4(0.0);  // only trilinear filtering reads it
 #endif
-    int face = gl_PrimitiveID;
+    int face = v_face;  // gl_PrimitiveID costs llvmpipe a primitive-assembly stage (~20% of a draw)
 #ifdef MATERIALS
     int material = texelFetch(u_material, ivec2(face % MATERIAL_WIDTH, face / MATERIAL_WIDTH), 0).r;
 #endif
@@ -384,12 +389,17 @@ class ShadeTarget:
 
 
 class _MeshAttributes:
-    """A mesh's shading buffers: float32 ``[V, 11]`` (position, normal, uv, color), int32 ``[3F]``
-    indices, int32 per-face material ids (a texture), and their vertex arrays."""
+    """A mesh's shading buffers: ``[V', 12]`` vertex records (float32 position, normal, uv, color;
+    int32 face id), int32 ``[3F]`` indices, int32 per-face material ids (a texture), and their
+    vertex arrays. The records are the mesh's vertices laid out by :func:`provoking_layout`."""
 
-    def __init__(self, ctx, key, vertices: np.ndarray, indices: np.ndarray, materials: np.ndarray):
+    def __init__(self, ctx, key, vertices: np.ndarray, faces: np.ndarray, materials: np.ndarray):
         self.key = key
-        self.vbo = ctx.buffer(vertices.tobytes())
+        indices, rows, face_of = provoking_layout(faces, vertices.shape[0])
+        records = np.empty((rows.shape[0], 12), dtype=np.float32)
+        records[:, :11] = vertices[rows]
+        records.view(np.int32)[:, 11] = face_of
+        self.vbo = ctx.buffer(records.tobytes())
         self.ibo = ctx.buffer(indices.tobytes())
         F = materials.shape[0]
         rows = max(1, -(-F // _MATERIAL_WIDTH))
@@ -401,6 +411,32 @@ class _MeshAttributes:
 
     def objects(self) -> list:
         return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.materials]
+
+
+def provoking_layout(faces: np.ndarray, V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vertices such that every face has a provoking (last) corner of its own, so that a flat
+    varying carries its face id (``gl_PrimitiveID`` would cost llvmpipe a primitive-assembly stage).
+
+    A face keeps its corners in order (the same triangle, drawn the same way). The first face whose
+    last corner is vertex ``v`` owns ``v``; each later one gets a copy of ``v`` appended.
+
+    Returns:
+        ``(indices, rows, face_of)``: int32 ``[3F]`` indices into the new vertices, int64 ``[V']``
+        the original vertex of each new vertex, int32 ``[V']`` the face it is the provoking corner
+        of (0 for a vertex that is none's).
+    """
+    f = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
+    F = f.shape[0]
+    last = f[:, 2]
+    owner = np.zeros(F, dtype=bool)
+    owner[np.unique(last, return_index=True)[1]] = True
+    copies = np.flatnonzero(~owner)  # faces whose last corner another face owns
+    out = f.copy()
+    out[copies, 2] = V + np.arange(copies.size)
+    rows = np.concatenate([np.arange(V), last[copies]])
+    face_of = np.zeros(rows.shape[0], dtype=np.int32)
+    face_of[out[:, 2]] = np.arange(F, dtype=np.int32)
+    return np.ascontiguousarray(out.reshape(-1), dtype=np.int32), rows, face_of
 
 
 def attributes_key(positions, normals, uvs, colors, faces, materials) -> tuple:
@@ -418,13 +454,12 @@ def ensure_attributes(backend: ModernGLBackend, mesh: GLMesh, positions, normals
         return got
     cpu = lambda t: t.detach().to("cpu", torch.float32)  # noqa: E731
     vertices = torch.cat([cpu(positions), cpu(normals), cpu(uvs), cpu(colors)], 1).numpy()  # [V, 11]
-    indices = faces.detach().to("cpu", torch.int32).numpy().reshape(-1)
     mats = materials.detach().to("cpu", torch.int32).numpy()
     with backend._gl("ModernGLBackend.shade_geometry") as ctx:
         if got is not None:
             for obj in got.objects():
                 obj.release()
-        mesh._shading = _MeshAttributes(ctx, key, np.ascontiguousarray(vertices), np.ascontiguousarray(indices), mats)
+        mesh._shading = _MeshAttributes(ctx, key, vertices, faces.detach().to("cpu").numpy(), mats)
         backend.counters.attribute_uploads += 1
     return mesh._shading
 
@@ -494,9 +529,10 @@ def _vao(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: S
         vao = None
     if vao is None:
         parts, names = [], []
-        for name, n in (("in_position", 3), ("in_normal", 3), ("in_uv", 2), ("in_color", 3)):
+        for name, n, kind in (("in_position", 3, "f"), ("in_normal", 3, "f"), ("in_uv", 2, "f"), ("in_color", 3, "f"),
+                              ("in_face", 1, "i")):
             used = prog.get(name, None) is not None  # the compiler drops inputs a variant does not read
-            parts.append(f"{n}f" if used else f"{4 * n}x")
+            parts.append(f"{n}{kind}" if used else f"{4 * n}x")
             names += [name] if used else []
         layout = [(attrs.vbo, " ".join(parts), *names)]
         if spec.instanced:
@@ -528,6 +564,7 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
         st = _shade_target(backend, target)
         backend._set_state(target, st.fbo, settings)
         backend.ctx.front_face = "cw"  # rows are flipped in the projection, which flips the winding too
+        backend.ctx.provoking_vertex = backend.ctx.LAST_VERTEX_CONVENTION  # flat v_face: the face's last corner
         prog = _program(backend, spec)
         vao = _vao(backend, mesh, attrs, spec, prog, N) if mesh.num_faces and N else None
         _bind_textures(backend, prog, spec, inputs, attrs)
@@ -543,7 +580,7 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
         scales = _depth_scales(clip, inst, mesh.bounds)  # [B], as rasterize_geometry chooses them
         bg = inputs.background
         for b in range(B):
-            st.fbo.clear(float("inf"), bg[0], bg[1], bg[2], depth=1.0)
+            target.clear(st.fbo, float("inf"), bg[0], bg[1], bg[2])  # unscissored: llvmpipe's fast clear
             if vao is not None:
                 if inst is not None and (b == 0 or inst.shape[0] > 1):
                     cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
