@@ -252,3 +252,29 @@ def test_provoking_layout_gives_each_face_its_own_last_corner():
     assert np.array_equal(face_of[new[:, 2]], np.arange(faces.shape[0]))
     empty = provoking_layout(np.zeros((0, 3), np.int64), 0)
     assert [a.size for a in empty] == [0, 0, 0]
+
+
+def test_readback_arrays_are_recycled_only_when_no_frame_holds_them(r):
+    """A frame's tensors wrap the readback arrays: a held frame keeps its pixels, and an array
+    comes back only after every tensor and view made from it is gone."""
+    h = r.upload(_colored_torus())
+    views = [_camera(), _camera(eye=(-2.0, 1.0, 2.5)), _camera(eye=(2.5, -1.0, 1.0))]
+    with torch.no_grad():
+        first = r.render(h, views[0], lights=LIGHTS)
+        kept = (first.image.clone(), first.depth.clone(), first.face_index.clone(), first.alpha.clone())
+        view = first.image[10:20]  # a view alone keeps the array busy
+        ptrs = (first.image.data_ptr(), first.face_index.data_ptr(), first.alpha.data_ptr())
+        del first
+        second = r.render(h, views[1], lights=LIGHTS)
+        assert second.image.data_ptr() != ptrs[0]
+        assert (second.face_index.data_ptr(), second.alpha.data_ptr()) == ptrs[1:]  # nothing held those
+        assert torch.equal(view, kept[0][10:20])
+        del view
+        third = r.render(h, views[2], lights=LIGHTS)
+        assert third.image.data_ptr() == ptrs[0]
+        assert not torch.equal(third.image, kept[0])
+        again = r.render(h, views[0], lights=LIGHTS)
+        assert again.image.data_ptr() != ptrs[0]  # `third` still holds it
+    for got, want in zip((again.image, again.depth, again.face_index, again.alpha), kept):
+        assert torch.equal(got, want)
+    assert torch.equal(second.alpha, (second.face_index >= 0).float()[..., None])

@@ -204,10 +204,9 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     attrs = ensure_attributes(scene.backend, mesh, h.positions, h.current_normals(), h.uvs, h.colors, h.faces,
                               h.material_ids)
     spec = p.spec if attrs.white == p.spec.white else replace(p.spec, white=attrs.white)
-    out, face = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
-    o, f = torch.from_numpy(out), torch.from_numpy(face)  # no copies
+    out, face, cover = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
+    o, f, alpha = torch.from_numpy(out), torch.from_numpy(face), torch.from_numpy(cover)  # no copies
     image, depth = o[..., 1:], o[..., 0]
-    alpha = torch.from_numpy(np.greater_equal(face, 0)[..., None].astype(np.float32))
     if scene.dtype != torch.float32 or scene.device.type != "cpu":
         image, depth, alpha = (t.to(scene.device, scene.dtype) for t in (image, depth, alpha))
         f = f.to(scene.device)
