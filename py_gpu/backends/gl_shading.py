@@ -15,10 +15,12 @@ rounding:
 
 Per frame only matrices and uniforms reach GL; the mesh's vertex attributes (positions, normals,
 UVs, colors, indexed) and per-face material ids live in GL buffers next to the ``GLMesh`` and
-are sent again only when the tensors they came from change. One framebuffer holds two
-attachments: float ``(depth, r, g, b)`` and int face id (a flat varying from each face's own
-provoking corner, see ``provoking_layout``). Rows are flipped in the projection, so
-each reads back top row first, straight into fresh numpy arrays that torch wraps without a copy.
+are sent again only when the tensors they came from change. One float RGBA attachment holds
+``(r, g, b, face code)``: the face id (a flat varying from each face's own provoking corner, see
+``provoking_layout``) stored as the bits of a normal float, ``FACE_CODE + face`` (a second
+attachment measured about 20% of an 80k-face draw on llvmpipe). Depth comes from the depth
+buffer. Rows are flipped in the projection, so each reads back top row first, into host arrays
+that torch wraps without a copy (see :class:`Recycler`).
 """
 
 from __future__ import annotations
@@ -33,11 +35,18 @@ import torch
 from .moderngl import (MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, GLMesh, ModernGLBackend, _Target, _depth_scales,
                        _gl_from_py_clip)
 
-__all__ = ["MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "Recycler", "ShadeSpec", "ShadeInputs", "ensure_attributes", "shade_geometry"]
+__all__ = ["FACE_CODE", "MAX_FACES", "MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "Recycler", "ShadeSpec", "ShadeInputs",
+           "decode_depth", "decode_faces", "ensure_attributes", "shade_geometry"]
 #: Textures kept in GL between frames (least recently used ones are released).
 MAX_CACHED_TEXTURES = 32
 #: Width of the per-face material-id texture.
 _MATERIAL_WIDTH = 4096
+#: Face ``f`` is stored as the float whose bits are ``FACE_CODE + f`` (the bits of 1.0 onwards: a
+#: normal, finite float that no driver flushes or canonicalizes); clearing to 0.0 leaves a code
+#: below it, which decodes to -1.
+FACE_CODE = 0x3F800000
+#: Faces (times instances) a face code can hold: up to the bits of +inf.
+MAX_FACES = 0x7F800000 - FACE_CODE
 #: Texture unit of the UV pre-pass image (the frame's textures take units 1..MAX_TEXTURES).
 _UV_UNIT = MAX_TEXTURES + 1
 
@@ -96,8 +105,6 @@ flat in int v_face;
 flat in int v_instance;
 #endif
 uniform int u_faces;          // faces per instance
-uniform int u_empty;          // what clearing leaves in the face attachment (see ShadeTarget)
-uniform float u_depth_scale;  // py_gpu depth z/w = gl_FragCoord.z * u_depth_scale
 uniform vec3 u_eye;
 uniform vec3 u_ambient;
 uniform vec3 u_specular;
@@ -122,8 +129,7 @@ uniform vec4 u_rects[N_RECTS];
 uniform sampler2D u_uv_image;  // the UV pre-pass: (u, v, covered, 0) per framebuffer pixel
 uniform ivec4 u_rect;          // the image in framebuffer pixels (x, y, width, height)
 #endif
-layout(location = 0) out vec4 f_color;  // (depth, r, g, b)
-layout(location = 1) out int f_face;    // (face + 1) ^ u_empty; clearing leaves u_empty: -1 once decoded
+layout(location = 0) out vec4 f_color;  // (r, g, b, face code): the bits of FACE_CODE + face
 
 vec3 unit(vec3 v) {
     return v * inversesqrt(max(dot(v, v), 1e-24));  // v / max(|v|, 1e-12), as the torch path
@@ -217,12 +223,10 @@ TEXTURE_CODE
     color = vec3(color.r > 0.0 ? pow(color.r, u_inv_gamma) : 0.0, color.g > 0.0 ? pow(color.g, u_inv_gamma) : 0.0,
                  color.b > 0.0 ? pow(color.b, u_inv_gamma) : 0.0);
 #endif
-    f_color = vec4(gl_FragCoord.z * u_depth_scale, color);
 #ifdef INSTANCED
-    f_face = (v_instance * u_faces + face + 1) ^ u_empty;
-#else
-    f_face = (face + 1) ^ u_empty;
+    face += v_instance * u_faces;
 #endif
+    f_color = vec4(color, intBitsToFloat(FACE_CODE + face));  // a normal float for face < MAX_FACES
 }
 """
 
@@ -336,7 +340,7 @@ def _texture_code(spec: ShadeSpec) -> str:
 def _sources(spec: ShadeSpec) -> tuple[str, str]:
     n_tex = _texture_count(spec)
     defines = {"N_DIR": spec.n_dir, "N_POINT": spec.n_point, "N_RECTS": spec.n_rects,
-               "MATERIAL_WIDTH": _MATERIAL_WIDTH}
+               "MATERIAL_WIDTH": _MATERIAL_WIDTH, "FACE_CODE": FACE_CODE}
     flags = {"INSTANCED": spec.instanced, "LIT": spec.model != "unlit", "BLINN_PHONG": spec.model == "blinn_phong",
              "MATERIALS": spec.needs_materials, "TRILINEAR": spec.filter == "trilinear", "GAMMA": spec.gamma,
              "PREPASS": spec.prepass, "WHITE": spec.white, "MODEL": spec.transformed, "UV_IMAGE": spec.uv_image and not spec.prepass}
@@ -358,22 +362,13 @@ def _texture_count(spec: ShadeSpec) -> int:
 
 # ---- GL resources ----------------------------------------------------------------------------------
 class ShadeTarget:
-    """The shading framebuffer of one image size: the target's float RGBA and int face textures,
-    with its depth buffer. ``empty`` is what clearing leaves in the face attachment (the driver's
-    conversion of the clear color's first channel, +inf), measured once; depth reads +inf where
-    nothing was drawn when ``inf_clears`` (else the caller fills it)."""
+    """The shading framebuffer of one image size: the target's float RGBA texture (colour and face
+    code) with its depth buffer, and the host arrays its frames are read into."""
 
     def __init__(self, ctx, target: _Target):
         self.target = target
-        self.fbo = ctx.framebuffer([target.color, target.face], target.depth)
+        self.fbo = ctx.framebuffer([target.color], target.depth)
         self.fbo.scissor = target.rect
-        self.fbo.use()
-        self.fbo.clear(float("inf"), 0.0, 0.0, 0.0, depth=1.0)
-        x, y = target.rect[:2]
-        self.empty = int(np.frombuffer(self.fbo.read(viewport=(x, y, 1, 1), components=1, attachment=1, dtype="i4"),
-                                       dtype=np.int32)[0])
-        self.inf_clears = bool(np.isinf(np.frombuffer(self.fbo.read(viewport=(x, y, 1, 1), components=4,
-                                                                    attachment=0, dtype="f4"), dtype=np.float32)[0]))
         self.uv = self.fbo_uv = None  # the UV pre-pass image (trilinear), made on first use
         self.host = Recycler()  # the readback arrays of this size
 
@@ -434,16 +429,22 @@ def _refs(pool: list, k: int) -> int:
 
 
 class _MeshAttributes:
-    """A mesh's shading buffers: ``[V', 12]`` vertex records (float32 position, normal, uv, color;
-    int32 face id), int32 ``[3F]`` indices, int32 per-face material ids (a texture), and their
-    vertex arrays. The records are the mesh's vertices laid out by :func:`provoking_layout`."""
+    """A mesh's shading buffers: vertex records (float32 position, normal, uv, then color unless
+    every color is 1, then the int32 face id; ``columns`` names them), int32 ``[3F]`` indices,
+    int32 per-face material ids (a texture), and their vertex arrays. The records are the mesh's
+    vertices laid out by :func:`provoking_layout`; a white mesh's leave the color out (a 36 instead
+    of a 48 byte stride measured 3-6% of an 80k-face draw on llvmpipe)."""
 
     def __init__(self, ctx, key, vertices: np.ndarray, faces: np.ndarray, materials: np.ndarray):
         self.key = key
+        self.white = bool((vertices[:, 8:] == 1.0).all())  # the colors are all 1: a program without them
         indices, rows, face_of = provoking_layout(faces, vertices.shape[0])
-        records = np.empty((rows.shape[0], 12), dtype=np.float32)
-        records[:, :11] = vertices[rows]
-        records.view(np.int32)[:, 11] = face_of
+        floats = 8 if self.white else 11
+        self.columns = [("in_position", 3, "f"), ("in_normal", 3, "f"), ("in_uv", 2, "f")] + \
+            ([] if self.white else [("in_color", 3, "f")]) + [("in_face", 1, "i")]
+        records = np.empty((rows.shape[0], floats + 1), dtype=np.float32)
+        records[:, :floats] = vertices[rows, :floats]
+        records.view(np.int32)[:, floats] = face_of
         self.vbo = ctx.buffer(records.tobytes())
         self.ibo = ctx.buffer(indices.tobytes())
         F = materials.shape[0]
@@ -452,7 +453,6 @@ class _MeshAttributes:
         table[:F] = materials
         self.materials = ctx.texture((_MATERIAL_WIDTH, rows), 1, table.tobytes(), dtype="i4")
         self.vaos: dict = {}
-        self.white = bool((vertices[:, 8:] == 1.0).all())  # the colors are all 1: a program without them
 
     def objects(self) -> list:
         return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.materials]
@@ -574,8 +574,7 @@ def _vao(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: S
         vao = None
     if vao is None:
         parts, names = [], []
-        for name, n, kind in (("in_position", 3, "f"), ("in_normal", 3, "f"), ("in_uv", 2, "f"), ("in_color", 3, "f"),
-                              ("in_face", 1, "i")):
+        for name, n, kind in attrs.columns:
             used = prog.get(name, None) is not None  # the compiler drops inputs a variant does not read
             parts.append(f"{n}{kind}" if used else f"{4 * n}x")
             names += [name] if used else []
@@ -589,15 +588,16 @@ def _vao(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: S
 
 # ---- one frame -------------------------------------------------------------------------------------
 def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: ShadeSpec,
-                   inputs: ShadeInputs, size, settings) -> tuple[np.ndarray, np.ndarray]:
-    """Draw and shade ``mesh`` for each of the ``B`` views; read colour, depth and face id back.
+                   inputs: ShadeInputs, size, settings) -> tuple[np.ndarray, np.ndarray, np.ndarray, Recycler]:
+    """Draw and shade ``mesh`` for each of the ``B`` views; read colour, face code and depth back.
 
     Returns:
-        ``(color_depth, face, alpha)``: float32 ``[B, H, W, 4]`` (depth z/w, +inf where empty; then
-        the RGB color, the background where empty), int64 ``[B, H, W]`` face ids, -1 where empty
-        (instance-major with instances), and float32 ``[B, H, W, 1]`` coverage. Row 0 is the
-        image's top. The arrays come from the target's :class:`Recycler`: wrap them (``torch.from_numpy``)
-        and hold them as long as they are used, never keep a bare pointer to their memory.
+        ``(color, depth, scales, host)``: float32 ``[B, H, W, 4]`` whose first three channels are
+        the RGB color (the background where empty) and whose fourth holds the face codes (see
+        :func:`decode_faces`: face ids instance-major with instances), float32 ``[B, H, W]`` depth
+        buffer values (see :func:`decode_depth`), the ``[B]`` depth scales, and the recycler the
+        arrays came from. Row 0 is the image's top. Wrap the arrays (``torch.from_numpy``) and hold
+        them as long as they are used, never keep a bare pointer to their memory.
     """
     where = "ModernGLBackend.shade_geometry"
     H, W = size
@@ -608,26 +608,19 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
         target = backend._target(W, H)
         st = _shade_target(backend, target)
         out = st.host.take((B, H, W, 4), np.float32)
-        raw = st.host.take((B, H, W), np.int32)
+        depth = st.host.take((B, H, W), np.float32)
         backend._set_state(target, st.fbo, settings)
         backend.ctx.front_face = "cw"  # rows are flipped in the projection, which flips the winding too
         backend.ctx.provoking_vertex = backend.ctx.LAST_VERTEX_CONVENTION  # flat v_face: the face's last corner
         prog = _program(backend, spec)
         vao = _vao(backend, mesh, attrs, spec, prog, N) if mesh.num_faces and N else None
         _bind_textures(backend, prog, spec, inputs, attrs)
-        pre = None
-        if spec.uv_image and vao is not None:
-            pre_spec = replace(spec, prepass=True)
-            pre = (st.uv_pass(backend.ctx), _program(backend, pre_spec))
-            pre = pre + (_vao(backend, mesh, attrs, pre_spec, pre[1], N),)
-            st.uv.use(_UV_UNIT)
-            _set(prog, "u_uv_image", _UV_UNIT)
-            _set(prog, "u_rect", target.rect)
+        pre = _prepass(backend, spec, mesh, attrs, st, prog, N) if spec.uv_image and vao is not None else None
         gl_clip = _flip_rows(_gl_from_py_clip(target, size)) @ clip  # [B, 4, 4]
         scales = _depth_scales(clip, inst, mesh.bounds)  # [B], as rasterize_geometry chooses them
         bg = inputs.background
         for b in range(B):
-            target.clear(st.fbo, float("inf"), bg[0], bg[1], bg[2])  # unscissored: llvmpipe's fast clear
+            target.clear(st.fbo, bg[0], bg[1], bg[2], 0.0)  # unscissored: llvmpipe's fast clear
             if vao is not None:
                 if inst is not None and (b == 0 or inst.shape[0] > 1):
                     cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
@@ -635,22 +628,44 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
                     backend.counters.instance_uploads += 1
                 if pre is not None:
                     _uv_prepass(backend, pre, spec, inputs, b, gl_clip[b], scales[b], st, N)
-                _frame_uniforms(prog, spec, inputs, b, gl_clip[b], scales[b], st.empty, mesh.num_faces)
+                _frame_uniforms(prog, spec, inputs, b, gl_clip[b], scales[b], mesh.num_faces)
                 vao.render(backend._mgl.TRIANGLES, instances=N)
                 backend.counters.draws += 1
                 if pre is not None:
                     backend.ctx.depth_func = "<"
             st.fbo.read_into(out[b], viewport=target.rect, components=4, attachment=0, dtype="f4", alignment=1)
-            st.fbo.read_into(raw[b], viewport=target.rect, components=1, attachment=1, dtype="i4", alignment=1)
+            st.fbo.read_into(depth[b], viewport=target.rect, components=1, attachment=-1, dtype="f4", alignment=1)
         backend.ctx.front_face = "ccw"
-    np.bitwise_xor(raw, np.int32(st.empty), out=raw)
-    face = st.host.take((B, H, W), np.int64)
-    np.subtract(raw, 1, out=face)  # decoded and widened in one pass
-    alpha = st.host.take((B, H, W, 1), np.float32)
+    return out, depth, scales, st.host
+
+
+def decode_faces(host: Recycler, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ``[B, H, W]`` face ids (-1 where empty) and float32 ``[B, H, W, 1]`` coverage from
+    the face codes of ``shade_geometry``'s color readback."""
+    face = host.take(out.shape[:3], np.int64)
+    np.subtract(out.view(np.int32)[..., 3], FACE_CODE, out=face)
+    np.maximum(face, -1, out=face)  # every code below FACE_CODE (the cleared 0.0) is empty
+    alpha = host.take(out.shape[:3] + (1,), np.float32)
     np.greater_equal(face[..., None], 0, out=alpha, casting="unsafe")
-    if not st.inf_clears:
-        out[..., 0][face < 0] = np.inf
-    return out, face, alpha
+    return face, alpha
+
+
+def decode_depth(depth: np.ndarray, out: np.ndarray, scales: np.ndarray) -> None:
+    """Depth buffer values to py_gpu's z/w, +inf where empty, in place (window z times ``2 / a``)."""
+    np.multiply(depth, (2.0 / scales).astype(np.float32)[:, None, None], out=depth)
+    np.copyto(depth, np.float32(np.inf), where=out.view(np.int32)[..., 3] < FACE_CODE)
+
+
+def _prepass(backend: ModernGLBackend, spec: ShadeSpec, mesh: GLMesh, attrs: _MeshAttributes, st: ShadeTarget,
+             prog, N: int) -> tuple:
+    """The UV pre-pass's framebuffer, program and vertex array; its image bound for the shading pass."""
+    pre_spec = replace(spec, prepass=True)
+    fbo, pre_prog = st.uv_pass(backend.ctx), _program(backend, pre_spec)
+    pre = (fbo, pre_prog, _vao(backend, mesh, attrs, pre_spec, pre_prog, N))
+    st.uv.use(_UV_UNIT)
+    _set(prog, "u_uv_image", _UV_UNIT)
+    _set(prog, "u_rect", st.target.rect)
+    return pre
 
 
 def _uv_prepass(backend: ModernGLBackend, pre, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip, a, st, N: int):
@@ -659,7 +674,7 @@ def _uv_prepass(backend: ModernGLBackend, pre, spec: ShadeSpec, x: ShadeInputs, 
     fbo, prog, vao = pre
     fbo.use()
     fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
-    _frame_uniforms(prog, replace(spec, model="unlit", gamma=False), x, b, gl_clip, a, st.empty, 0)
+    _frame_uniforms(prog, replace(spec, model="unlit", gamma=False), x, b, gl_clip, a, 0)
     vao.render(backend._mgl.TRIANGLES, instances=N)
     backend.counters.draws += 1
     st.fbo.use()
@@ -673,7 +688,7 @@ def _flip_rows(g: np.ndarray) -> np.ndarray:
     return g
 
 
-def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.ndarray, a: float, empty: int,
+def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.ndarray, a: float,
                     faces: int) -> None:
     """Every per-frame uniform of view ``b``: matrices, eye, lights, material, gamma."""
     m = gl_clip.copy()
@@ -683,8 +698,6 @@ def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.n
     prog["u_clip"].write(f4(m.T))  # column-major
     _set(prog, "u_model", f4(model.T))
     _set(prog, "u_normal_matrix", f4(np.linalg.inv(model[:3, :3])))  # (inv(M)^T)^T: column-major
-    _set(prog, "u_depth_scale", 2.0 / a)
-    _set(prog, "u_empty", empty)
     _set(prog, "u_faces", faces)
     pick = lambda arr: arr[min(b, arr.shape[0] - 1)]  # noqa: E731
     if spec.model != "unlit":
