@@ -278,3 +278,66 @@ def test_readback_arrays_are_recycled_only_when_no_frame_holds_them(r):
     for got, want in zip((again.image, again.depth, again.face_index, again.alpha), kept):
         assert torch.equal(got, want)
     assert torch.equal(second.alpha, (second.face_index >= 0).float()[..., None])
+
+
+def test_gl_frame_decodes_its_own_readback_on_first_use(r):
+    """``GLFrame`` decodes depth, face ids and alpha when first read: a frame read after later
+    renders gives what it gave at once, ``dataclasses.replace`` keeps the decoded fields, and the
+    fields stay frozen."""
+    from dataclasses import FrozenInstanceError
+
+    from py_gpu import Frame
+    from py_gpu.renderer.gl_path import GLFrame
+
+    h = r.upload(_colored_torus())
+    with torch.no_grad():
+        eager = r.render(h, _camera(), lights=LIGHTS)
+        want = (eager.depth.clone(), eager.face_index.clone(), eager.alpha.clone())
+        lazy = r.render(h, _camera(), lights=LIGHTS)  # nothing read yet
+        for eye in [(-2.0, 1.0, 2.5), (2.5, -1.0, 1.0), (0.0, 3.0, 0.5)]:
+            r.render(h, _camera(eye=eye), lights=LIGHTS)
+    assert isinstance(lazy, GLFrame) and isinstance(lazy, Frame)
+    assert "depth" not in lazy.__dict__
+    for got, ref in zip((lazy.depth, lazy.face_index, lazy.alpha), want):
+        assert torch.equal(got, ref)
+    moved = replace(lazy, image=lazy.image * 0.5)
+    assert torch.equal(moved.face_index, want[1]) and torch.equal(moved.depth, want[0])
+    with pytest.raises(FrozenInstanceError):
+        lazy.depth = want[0]
+
+
+def test_face_codes_round_trip_through_the_float_attachment():
+    """Face ids travel as float bits (``FACE_CODE + face``): the decode gives them back exactly,
+    empty pixels give -1 and zero alpha, and the largest id still decodes."""
+    import numpy as np
+
+    from py_gpu.backends.gl_shading import FACE_CODE, MAX_FACES, Recycler, decode_faces
+
+    faces = np.array([0, 1, 2, 4095, 1 << 20, MAX_FACES - 1], np.int64)
+    host = np.zeros((1, 2, 4, 4), np.float32)
+    codes = host.view(np.int32)[..., 3].reshape(-1)
+    codes[: faces.size] = FACE_CODE + faces
+    codes[faces.size:] = 0  # the clear value: 0.0 in the code channel
+    face, alpha = decode_faces(Recycler(), host)
+    assert face.shape == (1, 2, 4) and face.dtype == np.int64 and alpha.shape == (1, 2, 4, 1)
+    got, alpha = face.reshape(-1), alpha.reshape(-1)
+    assert got[: faces.size].tolist() == faces.tolist()
+    assert got[faces.size:].tolist() == [-1, -1]
+    assert alpha.tolist() == [1.0] * faces.size + [0.0, 0.0]
+
+
+def test_more_faces_than_the_codes_hold_fall_back_to_torch(r, monkeypatch):
+    """A mesh (times its instances) with more faces than the float face codes hold is shaded in
+    torch, and ``RenderStats`` says why (the limit, about 1e9, is lowered here)."""
+    import py_gpu.renderer.gl_path as gl_path
+
+    h = r.upload(_colored_torus())
+    monkeypatch.setattr(gl_path, "MAX_FACES", h.num_faces)
+    with torch.no_grad():
+        frame = r.render(h, _camera(), lights=LIGHTS)
+    assert r.stats.shading == "torch" and "face codes" in r.stats.shading_reason
+    assert bool((frame.face_index >= 0).any()) and frame.face_index.max().item() < h.num_faces
+    monkeypatch.setattr(gl_path, "MAX_FACES", h.num_faces + 1)
+    with torch.no_grad():
+        r.render(h, _camera(), lights=LIGHTS)
+    assert r.stats.shading == "gl", r.stats.shading_reason
