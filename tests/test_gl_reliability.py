@@ -67,12 +67,13 @@ def test_right_triangle_from_the_center_covers_a_quadrant(gl, leg, orientation):
     assert int((got.face_index >= 0).sum()) == 32 * 32
 
 
-@pytest.mark.parametrize("side", [128, 256, 512])
-def test_corner_in_the_bottom_left_tile_of_any_image(gl, side):
-    # The bottom-left 64 x 64 px of the image is GL's first tile (GL's origin is the bottom left).
-    batch = _right_triangle(32.0, side - 32.0, 3000.0, "+y-x")
-    got = gl.rasterize(batch, (side, side))
-    want = py_gpu.NumpyBackend().rasterize(batch, (side, side))  # bit-identical to the reference
+@pytest.mark.parametrize("size", [(128, 128), (256, 256), (512, 512), (96, 512), (512, 96)])
+def test_corner_in_the_bottom_left_tile_of_any_image(gl, size):
+    # The bottom-left 64 x 64 px of the image is GL's first tile (GL's origin is the bottom left);
+    # the framebuffer's margin runs along x for wide and square images, along y for tall ones.
+    batch = _right_triangle(32.0, size[0] - 32.0, 3000.0, "+y-x")
+    got = gl.rasterize(batch, size)
+    want = py_gpu.NumpyBackend().rasterize(batch, size)  # bit-identical to the reference
     _assert_same_coverage(got, want)
     assert int((got.face_index >= 0).sum()) == 32 * 32
 

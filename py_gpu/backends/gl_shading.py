@@ -650,10 +650,15 @@ def decode_faces(host: Recycler, out: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return face, alpha
 
 
-def decode_depth(depth: np.ndarray, out: np.ndarray, scales: np.ndarray) -> None:
-    """Depth buffer values to py_gpu's z/w, +inf where empty, in place (window z times ``2 / a``)."""
+def decode_depth(depth: np.ndarray, scales: np.ndarray) -> None:
+    """Depth buffer values to py_gpu's z/w, +inf where empty, in place (window z times ``2 / a``).
+
+    The depth test is strictly less against the cleared 1.0, so a pixel is covered exactly where
+    its stored depth is below 1.0: the empty ones are found in the (contiguous) depth buffer itself.
+    """
+    empty = depth == 1.0
     np.multiply(depth, (2.0 / scales).astype(np.float32)[:, None, None], out=depth)
-    np.copyto(depth, np.float32(np.inf), where=out.view(np.int32)[..., 3] < FACE_CODE)
+    np.copyto(depth, np.float32(np.inf), where=empty)
 
 
 def _prepass(backend: ModernGLBackend, spec: ShadeSpec, mesh: GLMesh, attrs: _MeshAttributes, st: ShadeTarget,

@@ -207,16 +207,26 @@ def _guard_band(side: int, max_side: int) -> tuple[int, int, int]:
     return origin, extent, origin + extent // 2
 
 
-def _margin(side: int, max_side: int) -> int:
-    """Framebuffer pixels kept free before the image along one axis: ``IMAGE_MARGIN`` when it fits."""
-    return max(0, min(IMAGE_MARGIN, max_side - side))
+def _margins(width: int, height: int, max_side: int) -> tuple[int, int]:
+    """Framebuffer pixels ``(mx, my)`` kept free left of and below the image.
+
+    One axis is enough: a triangle whose box, cut at the framebuffer's sides, lies in the first
+    tile covers only margin pixels when the image starts ``IMAGE_MARGIN`` px in along either axis.
+    The margin goes along the axis that adds fewer pixels (columns for a wide image), or along the
+    other one where the driver's size limit leaves no room.
+    """
+    fits = lambda side: max_side - side >= IMAGE_MARGIN  # noqa: E731
+    along_x = fits(width) and (height <= width or not fits(height))
+    if along_x:
+        return IMAGE_MARGIN, 0
+    return (0, IMAGE_MARGIN) if fits(height) else (0, 0)
 
 
 class _Target:
     """The GL textures and framebuffers of one image size, and its guard-band viewport.
 
-    The image does not start at the framebuffer's origin but ``IMAGE_MARGIN`` px to the right and
-    up (``rect``), and a scissor keeps GL from shading anything outside it. llvmpipe (Mesa 22.3.6)
+    The image does not start at the framebuffer's origin but ``IMAGE_MARGIN`` px to the right or
+    up (``rect``, see ``_margins``), and a scissor keeps GL from shading anything outside it. llvmpipe (Mesa 22.3.6)
     draws a triangle whose bounding box, cut at the framebuffer's left and bottom sides, lies in
     its first 64 x 64 px tile as a one-tile triangle; when its far edges lie thousands of pixels
     past those sides, their values at the tile overflow and the whole triangle is lost (for bands
@@ -235,7 +245,7 @@ class _Target:
         max_tex = int(ctx.info["GL_MAX_TEXTURE_SIZE"])
         self.x0, self.vw, self.cx = _guard_band(width, int(max_w))
         self.y0, self.vh, self.cy = _guard_band(height, int(max_h))
-        mx, my = _margin(width, max_tex), _margin(height, max_tex)
+        mx, my = _margins(width, height, max_tex)
         self.rect = (mx, my, width, height)
         fb = (width + mx, height + my)
         self.depth = ctx.depth_renderbuffer(fb)

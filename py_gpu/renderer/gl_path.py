@@ -234,7 +234,7 @@ class _Readback:
 
     def decode(self, name: str) -> dict:
         if name == "depth":
-            decode_depth(self.depth, self.out, self.scales)
+            decode_depth(self.depth, self.scales)
             return {"depth": self.tensor(self.depth)}
         face, alpha = decode_faces(self.host, self.out)
         return {"face_index": self.tensor(face, integer=True), "alpha": self.tensor(alpha)}
