@@ -698,11 +698,12 @@ def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.n
     """Every per-frame uniform of view ``b``: matrices, eye, lights, material, gamma."""
     m = gl_clip.copy()
     m[2] = a * m[2] - m[3]  # z' = a z - w: GL's near plane is py_gpu's z = 0
-    model = x.model[min(b, x.model.shape[0] - 1)]
     f4 = lambda v: np.ascontiguousarray(v, dtype=np.float32).tobytes()  # noqa: E731
     prog["u_clip"].write(f4(m.T))  # column-major
-    _set(prog, "u_model", f4(model.T))
-    _set(prog, "u_normal_matrix", f4(np.linalg.inv(model[:3, :3])))  # (inv(M)^T)^T: column-major
+    if spec.transformed:  # without a scene transform the program has no model matrix
+        model = x.model[min(b, x.model.shape[0] - 1)]
+        _set(prog, "u_model", f4(model.T))
+        _set(prog, "u_normal_matrix", f4(np.linalg.inv(model[:3, :3])))  # (inv(M)^T)^T: column-major
     _set(prog, "u_faces", faces)
     pick = lambda arr: arr[min(b, arr.shape[0] - 1)]  # noqa: E731
     if spec.model != "unlit":

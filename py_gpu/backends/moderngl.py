@@ -952,6 +952,11 @@ def _gl_from_py_clip(target: _Target, size) -> np.ndarray:
     return g
 
 
+#: Which of ``(lo, hi)`` each box corner takes per axis (x slowest), and the axes.
+_BOX_CORNERS = np.array([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)])
+_XYZ = np.arange(3)
+
+
 def _depth_scales(clip: np.ndarray, inst: np.ndarray | None, bounds: np.ndarray) -> np.ndarray:
     """float64 ``[B]``: the ``a`` of ``z' = a z - w`` for each batch element.
 
@@ -961,8 +966,8 @@ def _depth_scales(clip: np.ndarray, inst: np.ndarray | None, bounds: np.ndarray)
     plane itself have ``z/w = 0``). ``a = 1`` (the whole depth buffer holds ``z/w`` in [0, 2])
     unless some corner lies further, then ``a`` shrinks so that it stays inside with a margin.
     """
-    lo, hi = bounds
-    corners = np.array([[x, y, z, 1.0] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])  # [8, 4]
+    corners = np.ones((8, 4))
+    corners[:, :3] = np.asarray(bounds, dtype=np.float64)[_BOX_CORNERS, _XYZ]  # [8, 4]
     if inst is None:
         pts = np.einsum("bij,kj->bki", clip, corners)  # [B, 8, 4]
     else:

@@ -9,6 +9,7 @@ A call is shaded in GL (:mod:`py_gpu.backends.gl_shading`) when the backend has 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -156,10 +157,23 @@ def _entry(tex, mip: bool):
 
 
 # ---- the frame -------------------------------------------------------------------------------------
+_EYE4 = np.eye(4)[None]
+_EYE4.flags.writeable = False
+
+
+@functools.lru_cache(maxsize=64)
+def _with_white(spec: ShadeSpec, white: bool) -> ShadeSpec:
+    return replace(spec, white=white)
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a float64 host array (one copy; a host float64 tensor is not copied)."""
+    return t.detach().cpu().numpy().astype(np.float64, copy=False)
+
+
 def _numpy(value, B: int, channels: int | None) -> np.ndarray:
     """A light or material parameter as float64 ``[B|1, channels]`` (``[B|1]`` when ``channels`` is None)."""
-    t = value.detach().to("cpu", torch.float64) if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
-    a = t.numpy()
+    a = _host(value) if isinstance(value, torch.Tensor) else np.asarray(value, dtype=np.float64)
     if channels is None:
         return a.reshape(-1)
     return np.broadcast_to(a, (channels,)).reshape(1, channels) if a.ndim == 0 else a.reshape(-1, channels)
@@ -189,15 +203,12 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
            transforms, instances, gamma, attachments: Sequence[str]) -> Frame:
     """The frame of a call that ``plan`` accepted, shaded in GL (one draw and readback per view)."""
     where, B = "Renderer.render", camera.batch_size
-    view = camera.view.detach().to("cpu", torch.float64)
-    cam = (camera.projection.detach().to("cpu", torch.float64) @ view).numpy()  # [B|1, 4, 4]
-    r, t = view[:, :3, :3], view[:, :3, 3:]
-    eye = (-(r.transpose(1, 2) @ t)[..., 0]).numpy()  # [B|1, 3]
+    view = _host(camera.view)
+    cam = _host(camera.projection) @ view  # [B|1, 4, 4]
+    eye = -(view[:, :3, :3].transpose(0, 2, 1) @ view[:, :3, 3:])[..., 0]  # [B|1, 3]
     kw = dict(device=scene.device, dtype=scene.dtype, batch_size=B)
-    model = np.eye(4)[None] if transforms is None else \
-        matrices(where, "transforms", transforms, batched_dim=3, **kw).detach().to("cpu", torch.float64).numpy()
-    inst = None if instances is None else \
-        matrices(where, "instances", instances, batched_dim=4, **kw).detach().to("cpu", torch.float64).numpy()
+    model = _EYE4 if transforms is None else _host(matrices(where, "transforms", transforms, batched_dim=3, **kw))
+    inst = None if instances is None else _host(matrices(where, "instances", instances, batched_dim=4, **kw))
     clip = np.broadcast_to(cam @ model, (B, 4, 4))
     mat = material or Material()
     x = ShadeInputs(clip=clip, model=model, instances=inst, eye=eye, specular=_numpy(mat.specular, B, 3),
@@ -206,7 +217,7 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     mesh = scene.gpu_mesh(h, settings.mode)
     attrs = ensure_attributes(scene.backend, mesh, h.positions, h.current_normals(), h.uvs, h.colors, h.faces,
                               h.material_ids)
-    spec = p.spec if attrs.white == p.spec.white else replace(p.spec, white=attrs.white)
+    spec = p.spec if attrs.white == p.spec.white else _with_white(p.spec, attrs.white)
     readback = _Readback(*shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings), scene.device,
                          scene.dtype)
     frame = GLFrame.lazy(readback.tensor(readback.out[..., :3]), readback)
