@@ -341,3 +341,36 @@ def test_more_faces_than_the_codes_hold_fall_back_to_torch(r, monkeypatch):
     with torch.no_grad():
         r.render(h, _camera(), lights=LIGHTS)
     assert r.stats.shading == "gl", r.stats.shading_reason
+
+
+def _pixel_mesh(corners_px, size):
+    """A white mesh of triangles given in image pixels (x right, y down) at depth 0.5, seen
+    through a camera whose view and projection are the identity (positions are clip space)."""
+    from py_gpu.mesh import MeshBatch
+
+    H, W = size
+    px = torch.tensor(corners_px, dtype=torch.float32).reshape(-1, 2)
+    clip = torch.stack([2.0 * px[:, 0] / W - 1.0, 1.0 - 2.0 * px[:, 1] / H, torch.full_like(px[:, 0], 0.5)], -1)
+    faces = torch.arange(clip.shape[0]).reshape(-1, 3)
+    return MeshBatch(clip, faces), Camera(torch.eye(4)[None], torch.eye(4)[None])
+
+
+@pytest.mark.parametrize("leg", [3000.0, 3500.0, 4000.0, 5250.0])
+@pytest.mark.parametrize("size", [(64, 64), (64, 256), (256, 64)])
+def test_triangles_thousands_of_pixels_long_are_never_lost(gl_available, gl_watch, size, leg):
+    """Right triangles from the image's center with legs thousands of pixels long, and from the
+    bottom-left corner tile: GL shading covers exactly the pixels the torch pass covers (llvmpipe
+    lost such triangles when their box, cut at the framebuffer's sides, fell in its first tile)."""
+    r = Renderer(size, backend="moderngl", background=(0.0, 0.0, 0.0))
+    gl_watch.add(r.backend, what="renderer's ModernGL backend")
+    H, W = size
+    cases = [[(W / 2, H / 2), (W / 2, H / 2 + sy * leg), (W / 2 + sx * leg, H / 2)]
+             for sy in (1.0, -1.0) for sx in (1.0, -1.0)]
+    cases.append([(32.0, H - 32.0), (32.0, H - 32.0 + leg), (32.0 - leg, H - 32.0)])
+    for corners in cases:
+        mesh, cam = _pixel_mesh(corners, size)
+        gl, ref = _both(r, r.upload(mesh), cam, lights=LIGHTS[:1])
+        covered = ref.face_index >= 0
+        assert bool(covered.any())
+        assert torch.equal(gl.face_index >= 0, covered), f"triangle {corners} at {size}"
+    r.backend.release()

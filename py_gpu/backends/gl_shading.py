@@ -32,8 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .moderngl import (MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, GLMesh, ModernGLBackend, _Target, _depth_scales,
-                       _gl_from_py_clip)
+from .moderngl import MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, GLMesh, ModernGLBackend, _Target, _depth_scales
 
 __all__ = ["FACE_CODE", "MAX_FACES", "MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "Recycler", "ShadeSpec", "ShadeInputs",
            "decode_depth", "decode_faces", "ensure_attributes", "shade_geometry"]
@@ -378,7 +377,7 @@ class ShadeTarget:
             self.uv = ctx.texture(self.target.depth.size, 4, dtype="f4")
             self.fbo_uv = ctx.framebuffer([self.uv], self.target.depth)
             self.fbo_uv.scissor = self.target.rect
-            self.fbo_uv.viewport = self.target.viewport  # use() sets a framebuffer's own viewport
+            self.fbo_uv.viewport = self.target.rect  # use() sets a framebuffer's own viewport
         return self.fbo_uv
 
     def objects(self) -> list:
@@ -610,13 +609,14 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
         out = st.host.take((B, H, W, 4), np.float32)
         depth = st.host.take((B, H, W), np.float32)
         backend._set_state(target, st.fbo, settings)
+        backend.ctx.viewport = target.rect  # the image itself: clip space is py_gpu's, rows flipped
         backend.ctx.front_face = "cw"  # rows are flipped in the projection, which flips the winding too
         backend.ctx.provoking_vertex = backend.ctx.LAST_VERTEX_CONVENTION  # flat v_face: the face's last corner
         prog = _program(backend, spec)
         vao = _vao(backend, mesh, attrs, spec, prog, N) if mesh.num_faces and N else None
         _bind_textures(backend, prog, spec, inputs, attrs)
         pre = _prepass(backend, spec, mesh, attrs, st, prog, N) if spec.uv_image and vao is not None else None
-        gl_clip = _flip_rows(_gl_from_py_clip(target, size)) @ clip  # [B, 4, 4]
+        gl_clip = _flip_rows(np.eye(4)) @ clip  # [B, 4, 4]
         scales = _depth_scales(clip, inst, mesh.bounds)  # [B], as rasterize_geometry chooses them
         bg = inputs.background
         for b in range(B):
