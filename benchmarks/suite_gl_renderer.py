@@ -151,12 +151,19 @@ def _pyrender_or_reason(mesh, texture):
 
 
 def _interleaved(contestants: dict, cams: list[Camera], frames: dict) -> dict:
-    """Median ms per frame of each contestant, taking frames in turn (after one warm-up frame each)."""
+    """Median ms per frame of each contestant, taking frames in turn (after one warm-up frame each).
+
+    The order rotates from frame to frame, so that each contestant follows each other one equally
+    often: a frame right after another GL context's (a context switch) or after the torch
+    renderer's (a cold cache) measured up to 10% slower than the same frame after a light one.
+    """
     times = {name: [] for name in contestants}
     for fn in contestants.values():
         fn(cams[0])
+    names = list(contestants)
     for k, cam in enumerate(cams):
-        for name, fn in contestants.items():
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            fn = contestants[name]
             if k >= frames.get(name, len(cams)):
                 continue
             t0 = time.perf_counter()
@@ -212,7 +219,7 @@ def run(report: Report, quick: bool) -> None:
         gl_r.backend.release()
         if pyr is not None:
             pyr.renderer.delete()
-    table.notes.append(f"{n} frames per contestant and size, taken in turn from an orbit of cameras; medians "
+    table.notes.append(f"{n} frames per contestant and size, taken in turn (in a rotating order) from an orbit of cameras; medians "
                        f"(the torch renderer takes the first {max(3, n // 5)} frames at 500k faces)")
     table.notes.append("every contestant reads colour and depth back each frame; the Renderer's frame also holds the "
                        "face index and alpha, as torch tensors")
