@@ -190,9 +190,9 @@ def test_work_is_bounded_by_footprints_and_budget(monkeypatch, device):
     seen = []
     original = torch_soft._chunk
 
-    def spy(tri, face, row, col0, span_w, wmax, *rest, **kw):
-        seen.append((face.numel() * wmax, int(span_w.sum())))
-        return original(tri, face, row, col0, span_w, wmax, *rest, **kw)
+    def spy(tri, face, row, col0, span_w, n, *rest, **kw):
+        seen.append((n, int(span_w.sum())))
+        return original(tri, face, row, col0, span_w, n, *rest, **kw)
 
     monkeypatch.setattr(torch_soft, "_chunk", spy)
     batch = mesh_fixture("icosphere", 1280, 64, 64, dtype=torch.float32, device=device)
@@ -200,14 +200,41 @@ def test_work_is_bounded_by_footprints_and_budget(monkeypatch, device):
     rasterize_soft(batch, (64, 64), s)
     limit = s.memory_budget // torch_soft._bytes_per_fragment(torch.float32)
     assert len(seen) > 3
-    assert all(dense <= limit for dense, _ in seen)
+    assert all(n <= limit and n == real for n, real in seen)
     total = sum(real for _, real in seen)
     assert total < 0.05 * batch.num_faces * 64 * 64
-    # and the footprint estimate: every face's grown bounding box, nothing more
+    # and the footprint estimate: less than every face's grown bounding box (spans follow the
+    # face's edges), and at least the fragments the blur radius reaches
     r = s.blur_radius
     tri = batch.vertices[0][batch.faces]
     extent = (tri[..., :2].amax(1) - tri[..., :2].amin(1) + 2 * r + 1).prod(-1)
-    assert total <= float(extent.sum())
+    assert total < 0.8 * float(extent.sum())
+    rows, cols = torch.meshgrid(torch.arange(64.0) + 0.5, torch.arange(64.0) + 0.5, indexing="ij")
+    reached = sum(int((torch_soft.soft_geometry(part[:, None, None].cpu(), cols, rows, dist_only=True) >= -r * r).sum())
+                  for part in tri.split(160))
+    assert total >= reached > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_slanted_slivers_lose_no_fragment(device, seed):
+    """Long thin triangles at every angle, whose boxes are mostly empty: the spans cut to the
+    faces' reach keep every fragment the blur radius reaches (alpha over all faces, and the K kept)."""
+    g = torch.Generator().manual_seed(seed)
+    n, side = 12, 40
+    center = torch.rand(n, 1, 2, generator=g, dtype=torch.float64) * side
+    angle = torch.rand(n, 1, generator=g, dtype=torch.float64) * math.pi
+    along = torch.cat((angle.cos(), angle.sin()), -1)[:, None] * torch.tensor([-25.0, 25.0, 22.0])[None, :, None]
+    across = torch.cat((-angle.sin(), angle.cos()), -1)[:, None] * torch.tensor([0.0, 0.0, 1.5])[None, :, None]
+    xy = center + along + across  # [n, 3, 2]
+    z = torch.rand(n, 1, 1, generator=g, dtype=torch.float64).expand(n, 3, 1)
+    verts = torch.cat((xy, z), -1).reshape(1, 3 * n, 3)
+    batch = TriangleBatch(verts, torch.arange(3 * n).reshape(n, 3))
+    s = soft(sigma=3.0, faces_per_pixel=4)
+    fast, ref = on_cpu(rasterize_soft(batch.to(device, float64_on(device)), (side, side), s)), \
+        rasterize_soft_oracle(batch, (side, side), s)
+    assert_fragments_match(fast, ref)
+    assert torch.allclose(fast.alpha, ref.alpha, atol=1e-12, rtol=0)
+    assert fast.mask.sum(-1).max() >= 3
 
 
 def test_memory_budget_too_small_says_what_to_change(device):

@@ -234,13 +234,14 @@ def test_each_tile_working_set_fits_the_budget(budget, entry, tiles_seen):
 
 
 def test_span_chunks_fit_the_plan(monkeypatch):
-    """Within a tile, each dense block of candidates stays within ``plan.max_frags``."""
+    """Within a tile, each chunk of candidates stays within ``plan.max_frags``."""
     seen = []
     original = torch_soft._chunk
 
-    def spy(tri, face, row, col0, span_w, wmax, *rest, **kw):
-        seen.append(face.numel() * wmax)
-        return original(tri, face, row, col0, span_w, wmax, *rest, **kw)
+    def spy(tri, face, row, col0, span_w, n, *rest, **kw):
+        assert n == int(span_w.sum())
+        seen.append(n)
+        return original(tri, face, row, col0, span_w, n, *rest, **kw)
 
     monkeypatch.setattr(torch_soft, "_chunk", spy)
     batch = mesh_fixture("icosphere", 1280, 64, 64, dtype=torch.float32)

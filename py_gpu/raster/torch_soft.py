@@ -12,10 +12,13 @@ one batch element, or pieces of one row when a whole row does not fit, sized so 
 working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
 
 1. **Bin.** Each face's bounding box, grown by ``r`` and clipped to the tile, is cut into
-   ``(face, row)`` spans. A face enters only the pixels its blur radius can reach, never the whole
-   frame, so the work grows with (faces x pixels inside their blur radius), not ``F * H * W``.
-2. **Chunk.** Spans are sorted by width and grouped into chunks of at most ``plan.max_frags``
-   candidate fragments; each chunk is evaluated as a dense ``[spans, width]`` block.
+   ``(face, row)`` spans, and each span is cut to the columns that the face's edges, moved
+   outward by ``r``, can hold (:func:`_reach_lines`): a slanted face's span follows its edges,
+   not its box. A face enters only the pixels its blur radius can reach, never the whole frame,
+   so the work grows with (faces x pixels inside their blur radius), not ``F * H * W``.
+2. **Chunk.** Consecutive spans (in face order) are grouped into chunks of at most
+   ``plan.max_frags`` candidate fragments; each chunk is evaluated as one flat vector of
+   candidates (no padding to the widest span).
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
    and the first K are merged into the tile's running per-pixel top-K buffer.
 4. **Recompute.** The winners' distance, barycentrics and depth are evaluated once more, only for
@@ -47,6 +50,7 @@ summed in tile order. On CUDA, ``index_add_`` and ``scatter_add_`` use atomics: 
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -145,22 +149,25 @@ def _item(dtype: torch.dtype) -> int:
 
 def _face_bytes(dtype: torch.dtype) -> int:
     """Bytes per face of one batch element's face table (corners, grown boxes, row and column
-    ranges, and their temporaries while it is built), kept while that element's tiles run, and
-    of a tile's per-face span counts."""
-    return 24 * _item(dtype) + 96
+    ranges, and their temporaries while it is built; the float64 reach lines, whose
+    temporaries are gone before the first tile), kept while that element's tiles run, and of a
+    tile's per-face span counts."""
+    return 24 * _item(dtype) + 96 + 72
 
 
 #: The selected face indices are kept for the backward pass when they take at most
 #: ``1 / KEEP_SHARE`` of the budget; otherwise the backward pass selects them again.
 KEEP_SHARE = 4
-#: Bytes per ``(face, row)`` span of a group of spans in step 1: face, row, first column, width,
-#: the sort by width (tensor and list) and the temporaries that build them.
-_SPAN_BYTES = 160
+#: Bytes per ``(face, row)`` span of a group of spans in step 1: face, row, first and last
+#: column, width, the span's float64 reach lines (``[3, 3]``) and the temporaries that cut the
+#: span to them, and the list of candidate counts.
+_SPAN_BYTES = 400
 
 
 def _bytes_per_fragment(dtype: torch.dtype) -> int:
-    """Working bytes one candidate fragment takes in step 2 (about 40 live temporaries)."""
-    return 40 * _item(dtype) + 32
+    """Working bytes one candidate fragment takes in step 2: its gathered corners and about 40
+    live float temporaries, and its int64 span, face, row, column and pixel."""
+    return 49 * _item(dtype) + 64
 
 
 def _select_bytes_per_slot(dtype: torch.dtype) -> int:
@@ -395,8 +402,9 @@ class FaceSelector:
 
     @torch.no_grad()
     def _build(self, b: int):
-        """Live faces of element ``b`` (nonzero area, not culled, blur box on screen), in face
-        order, with their corners ``[n, 3, 3]`` and pixel ranges (int64 ``[n]`` each)."""
+        """The corners of element ``b``'s faces (``[9, F]``, see :func:`_corners`) and its live
+        faces (nonzero area, not culled, blur box on screen) in face order, with their pixel
+        ranges (int64 ``[n]`` each) and reach (:func:`_reach_lines`)."""
         height, width = self.size
         radius = self.settings.blur_radius
         verts = self.screen[b]  # [V, 3]
@@ -410,18 +418,20 @@ class FaceSelector:
         r0 = torch.ceil(lo[:, 1] - 0.5).clamp(min=0).long()
         r1 = torch.floor(hi[:, 1] - 0.5).clamp(max=height - 1).long()
         live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids, ascending
-        return tri, live, r0[live], r1[live], c0[live], c1[live]
+        lines = _reach_lines(tri.index_select(0, live), radius)
+        corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
+        return corners, live, r0[live], r1[live], c0[live], c1[live], lines
 
     def spans(self, tile: Tile):
-        """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, wmax)`` of at
-        most ``plan.max_frags`` candidates: ``[S]`` spans of ``span_w`` pixels from ``(row, col0)``
-        of face ``face``, evaluated as one dense ``[S, wmax]`` block; ``tri`` is the element's
-        (detached) face table. Steps 1-2 of the module docstring; shared by the selection and by
-        the silhouette's backward pass."""
+        """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, n)`` of
+        ``n <= plan.max_frags`` candidates (one span may exceed it alone): ``[S]`` spans of
+        ``span_w`` pixels from ``(row, col0)`` of face ``face`` (see :func:`_candidates`);
+        ``tri`` is the element's (detached) corner table (see :func:`_corners`). Steps 1-2 of
+        the module docstring; shared by the selection and by the silhouette's backward pass."""
         b, row0, row1, col0, col1 = tile
         if self.faces.shape[0] == 0:
             return
-        tri, live, f_r0, f_r1, f_c0, f_c1 = self._table(b)
+        tri, live, f_r0, f_r1, f_c0, f_c1, lines = self._table(b)
         # 1. bin: the live faces whose grown box reaches the tile
         near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
         if near.numel() == 0:
@@ -430,7 +440,7 @@ class FaceSelector:
         n_rows = f_r1[near].clamp(max=row1 - 1) - top + 1
         left = f_c0[near].clamp(min=col0)
         n_cols = f_c1[near].clamp(max=col1 - 1) - left + 1
-        face = live[near]
+        face, lines = live[near], lines[near]
         # groups of faces (in face order) with at most max_spans spans each; a face has <= rows spans
         ends = torch.cumsum(n_rows, 0)
         lo, n = 0, face.numel()
@@ -438,7 +448,8 @@ class FaceSelector:
         while lo < n:
             done = bounds[lo - 1] if lo else 0
             hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
-            yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi])
+            yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi],
+                                   lines[lo:hi])
             lo = hi
 
     @torch.no_grad()
@@ -452,9 +463,9 @@ class FaceSelector:
         best_depth = torch.full((rows * width, K), math.inf, dtype=self.screen.dtype, device=device)
         log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
-        for tri, face, row, c0, span_w, wmax in self.spans(tile):
-            _chunk(tri, face, row, c0, span_w, wmax, width, reach, K, best_depth, best_face, (row0, col0),
-                   log_miss=log_miss, sigma=s.sigma)
+        for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
+            _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
+                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0)
         if self._log_miss is None:  # one float per pixel of the frame, for the silhouette
             B = self.screen.shape[0]
             self._log_miss = torch.zeros(B, *self.size, dtype=self.screen.dtype, device=device)
@@ -475,33 +486,66 @@ class FaceSelector:
             return value
         return _LogMiss.apply(screen, value, self, tile)
 
-    def _group(self, tri, face, top, n_rows, left, n_cols):
+    def _group(self, tri, face, top, n_rows, left, n_cols, lines):
         """Expand a group of faces reaching a tile into ``(face, row)`` spans and yield them in
-        chunks of at most ``plan.max_frags`` candidates (see :meth:`spans`)."""
+        chunks of at most ``plan.max_frags`` candidates (see :meth:`spans`). Each span covers only
+        the columns of its row that the face's reach (``lines``, see :func:`_reach_lines`) can hold."""
         device = face.device
         span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, in face order
         first = torch.cumsum(n_rows, 0) - n_rows
         offset = torch.arange(span_face.numel(), device=device) - torch.repeat_interleave(first, n_rows)
         span_row = torch.repeat_interleave(top, n_rows) + offset
-        span_c0 = torch.repeat_interleave(left, n_rows)
-        span_w = torch.repeat_interleave(n_cols, n_rows)
-        del first, offset
-        # 2. chunk: spans sorted by width, so each dense [spans, width] block wastes little
-        order = torch.sort(span_w, stable=True).indices
-        widths = span_w[order].tolist()
-        n_spans = len(widths)
-        max_frags = self.plan.max_frags
-        start = 0
-        if n_spans and widths[-1] * n_spans <= max_frags:  # one chunk: no reordering needed
-            yield tri, span_face, span_row, span_c0, span_w, widths[-1]
-            return
+        box0 = torch.repeat_interleave(left, n_rows)
+        box1 = box0 + torch.repeat_interleave(n_cols, n_rows) - 1
+        span_c0, span_c1 = _reach_columns(torch.repeat_interleave(lines, n_rows, dim=0), span_row, box0, box1)
+        del first, offset, box0, box1
+        alive = torch.nonzero(span_c1 >= span_c0).squeeze(1)
+        if alive.numel() < span_face.numel():
+            span_face, span_row = span_face[alive], span_row[alive]
+            span_c0, span_c1 = span_c0[alive], span_c1[alive]
+        span_w = span_c1 - span_c0 + 1
+        del span_c1, alive
+        # 2. chunk: consecutive spans (face order) of at most max_frags candidates in all
+        ends = torch.cumsum(span_w, 0).tolist()
+        n_spans, max_frags, start, done = len(ends), self.plan.max_frags, 0, 0
         while start < n_spans:
-            stop = min(n_spans, start + max(1, max_frags // widths[start]))
-            while stop - start > 1 and (stop - start) * widths[stop - 1] > max_frags:
-                stop = start + max(1, max_frags // widths[stop - 1])
-            ids = torch.sort(order[start:stop]).values  # back to (face, row) order
-            yield tri, span_face[ids], span_row[ids], span_c0[ids], span_w[ids], widths[stop - 1]
-            start = stop
+            stop = max(start + 1, bisect.bisect_right(ends, done + max_frags, lo=start))
+            yield tri, span_face[start:stop], span_row[start:stop], span_c0[start:stop], span_w[start:stop], \
+                ends[stop - 1] - done
+            start, done = stop, ends[stop - 1]
+
+
+def _reach_lines(tri: torch.Tensor, radius: float) -> torch.Tensor:
+    """float64 ``[n, 3, 3]``: for each edge of the triangles ``[n, 3, 3]``, ``(nx, ny, c)`` of the
+    half-plane ``nx * x + ny * y >= c`` that holds every point within ``radius`` of the face: the
+    edge's line (unit inward normal) moved outward by ``radius``, and by a margin for the float
+    rounding of the distance the candidates are tested with. The three half-planes bound the
+    face's reach more tightly than its box where the face is slanted (with the box, they bound it
+    at sharp corners)."""
+    xy = tri[..., :2].double()  # [n, 3, 2]
+    e = xy.roll(-1, dims=1) - xy  # edge j runs from corner j to corner j + 1
+    to_opposite = xy.roll(-2, dims=1) - xy
+    area = e[..., 0] * to_opposite[..., 1] - e[..., 1] * to_opposite[..., 0]  # [n, 3], one sign per face
+    normal = torch.stack((-e[..., 1], e[..., 0]), dim=-1) * torch.sign(area)[..., None]
+    normal = normal / torch.linalg.vector_norm(normal, dim=-1, keepdim=True).clamp(min=1e-300)
+    margin = 1e-3 + 1e-5 * xy.abs().amax(dim=(1, 2))[:, None]  # px: far above float32's rounding there
+    c = (normal * xy).sum(dim=-1) - radius - margin
+    return torch.cat((normal, c[..., None]), dim=-1)
+
+
+def _reach_columns(lines: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
+    """Columns ``[s0, s1]`` (int64 ``[S]``) of box spans ``[c0, c1]`` on pixel rows ``row`` whose
+    centers satisfy the span's three half-planes ``lines`` (float64 ``[S, 3, 3]``); empty spans
+    come back with ``s1 < s0``."""
+    nx, ny, c = lines.unbind(-1)  # [S, 3] each
+    v = c - ny * (row.double() + 0.5)[:, None]  # the center x of the row must satisfy nx * x >= v
+    ratio = v / torch.where(nx == 0, 1.0, nx)
+    lo = torch.where(nx > 0, ratio, -math.inf).amax(dim=1)
+    hi = torch.where(nx < 0, ratio, math.inf).amin(dim=1)
+    hi = torch.where(((nx == 0) & (v > 0)).any(dim=1), -math.inf, hi)
+    lo = torch.ceil(lo.clamp(-2.0, 2.0**40) - 0.5).long()  # first column whose center is >= lo
+    hi = torch.floor(hi.clamp(-2.0**40, 2.0**40) - 0.5).long()
+    return torch.maximum(lo, c0), torch.minimum(hi, c1)
 
 
 class _LogMiss(torch.autograd.Function):
@@ -528,72 +572,104 @@ class _LogMiss(torch.autograd.Function):
         total = torch.zeros_like(screen)
         with torch.enable_grad():
             leaf = screen.detach().requires_grad_(True)
-            for _, face, row, col0, span_w, wmax in sel.spans(ctx.tile):
-                offs = torch.arange(wmax, device=screen.device)
-                cols = col0[:, None] + offs[None, :]
-                px = cols.to(screen.dtype) + 0.5
-                py = (row.to(screen.dtype) + 0.5)[:, None]
-                corner = faces.index_select(0, face).reshape(-1)
-                tri = leaf.index_select(0, corner).view(-1, 1, 3, 3)
-                dist = soft_geometry(tri, px, py, dist_only=True)
-                ok = (offs[None, :] < span_w[:, None]) & (dist.detach() >= reach)
-                pix = ((row - r0)[:, None] * width + (cols - c0)).clamp(0, g.numel() - 1)
-                weight = torch.where(ok, g[pix], torch.zeros((), dtype=g.dtype, device=g.device))
+            for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
+                face_n, row_n, col = _candidates(face, row, col0, span_w, n)
+                px, py = col.to(screen.dtype) + 0.5, row_n.to(screen.dtype) + 0.5
+                with torch.no_grad():  # only the reached candidates get gradients
+                    dist = soft_geometry(_corners(tri, face_n), px, py, dist_only=True)
+                    hit = torch.nonzero(dist >= reach).squeeze(1)
+                face_n, px, py = face_n.index_select(0, hit), px.index_select(0, hit), py.index_select(0, hit)
+                weight = g.index_select(0, ((row_n - r0) * width + (col - c0)).index_select(0, hit))
+                corner = faces.index_select(0, face_n).reshape(-1)
+                dist = soft_geometry(leaf.index_select(0, corner).view(-1, 3, 3), px, py, dist_only=True)
                 lm = nnf.logsigmoid(-dist / sigma)
                 total += torch.autograd.grad((lm * weight).sum(), leaf)[0]
         return total, None, None, None
 
 
-def _chunk(tri, face, row, col0, span_w, wmax: int, width: int, reach: float, K: int,
+def _candidates(face, row, col0, span_w, n: int):
+    """The ``n`` candidate fragments of spans (``[S]`` each), flat, span by span from the left:
+    int64 ``[n]`` face, row and column of each."""
+    device = face.device
+    span = torch.repeat_interleave(torch.arange(face.numel(), device=device), span_w, output_size=n)
+    first = torch.cumsum(span_w, 0) - span_w
+    col = torch.arange(n, device=device) + (col0 - first).index_select(0, span)
+    return face.index_select(0, span), row.index_select(0, span), col
+
+
+def _corners(table: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
+    """``[n, 3, 3]`` corners of ``face`` (``[n]``) from the table ``[9, F]`` of every face's
+    corners, coordinate by coordinate: each coordinate of the result is a contiguous ``[n]``
+    vector (the arithmetic on them runs about 1.7x faster than on interleaved corners)."""
+    return table.index_select(1, face).t().view(-1, 3, 3)
+
+
+def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: int,
            best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0), *,
-           log_miss: torch.Tensor | None = None, sigma: float = 1.0) -> None:
-    """Evaluate one chunk of spans densely and merge its per-pixel top-K into ``best_*``, the
-    ``[rows * width, K]`` buffers of the tile whose top-left pixel is ``origin = (row, col)``; add
-    every reached fragment's ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given."""
+           log_miss: torch.Tensor | None = None, sigma: float = 1.0, fresh: bool = False) -> None:
+    """Evaluate the ``n`` candidates of one chunk of spans and merge their per-pixel top-K into
+    ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
+    ``origin = (row, col)`` (``fresh``: they are still empty); add every reached fragment's
+    ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given."""
     device, dtype = tri.device, tri.dtype
-    offs = torch.arange(wmax, device=device)  # [Wmax]
-    cols = col0[:, None] + offs[None, :]  # [S, Wmax]
-    px = cols.to(dtype) + 0.5
-    py = (row.to(dtype) + 0.5)[:, None]  # [S, 1]
-    dist, _, depth = soft_geometry(tri[face][:, None], px, py, no_bary=True)  # [S, Wmax]
-    ok = (offs[None, :] < span_w[:, None]) & (dist >= reach)
-    pix = ((row - origin[0])[:, None] * width + (cols - origin[1]))[ok]  # [N] tile pixels, in face order
-    fid = face[:, None].expand_as(cols)[ok]
-    z = depth[ok]
+    face_n, row_n, col = _candidates(face, row, col0, span_w, n)
+    dist, _, depth = soft_geometry(_corners(tri, face_n), col.to(dtype) + 0.5, row_n.to(dtype) + 0.5, no_bary=True)
+    hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, in face order
+    pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
+    fid = face_n.index_select(0, hit)
+    z = depth.index_select(0, hit)
     if log_miss is not None:
-        log_miss.index_add_(0, pix, nnf.logsigmoid(dist[ok] / -sigma))
-    del dist, depth, px, cols
+        log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
+    del dist, depth, face_n, row_n, col
     if pix.numel() == 0:
         return
     # 3. rank per pixel by (depth, face): fragments arrive in face order, so stable sorts do it
     if z.dtype == torch.float32:
         # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
         # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
-        bits = (z + 0.0).view(torch.int32).to(torch.int64)
-        ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) + 2**31
-        o = torch.sort((pix << 32) | ordered, stable=True).indices
+        o = torch.sort((pix << 32) | _ordered_bits(z), stable=True).indices
     else:
         o = torch.sort(z, stable=True).indices
         o = o[torch.sort(pix[o], stable=True).indices]
-    pix, fid, z = pix[o], fid[o], z[o]
+    pix, fid, z = pix.index_select(0, o), fid.index_select(0, o), z.index_select(0, o)
     touched, counts = torch.unique_consecutive(pix, return_counts=True)  # [M]
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.arange(pix.numel(), device=device) - torch.repeat_interleave(starts, counts)
-    local = torch.repeat_interleave(torch.arange(touched.numel(), device=device), counts)
-    sel = rank < K
-    cand_z = torch.full((touched.numel(), K), math.inf, dtype=dtype, device=device)
-    cand_f = torch.full((touched.numel(), K), -1, dtype=torch.int64, device=device)
-    cand_z[local[sel], rank[sel]] = z[sel]
-    cand_f[local[sel], rank[sel]] = fid[sel]
+    kept = torch.nonzero(rank < K).squeeze(1)  # the first K of each pixel
+    z, fid, rank = z.index_select(0, kept), fid.index_select(0, kept), rank.index_select(0, kept)
+    if fresh:  # the buffers are still empty: no merge
+        at = pix.index_select(0, kept) * K + rank
+        best_depth.view(-1).index_copy_(0, at, z)
+        best_face.view(-1).index_copy_(0, at, fid)
+        return
+    slot = torch.repeat_interleave(torch.arange(touched.numel(), device=device), counts).index_select(0, kept) * K
+    slot += rank
+    cand_z = torch.full((touched.numel() * K,), math.inf, dtype=dtype, device=device).index_copy_(0, slot, z)
+    cand_f = torch.full((touched.numel() * K,), -1, dtype=torch.int64, device=device).index_copy_(0, slot, fid)
     # merge with what earlier chunks kept for the same pixels, again by (depth, face)
-    all_z = torch.cat((best_depth[touched], cand_z), dim=1)  # [M, 2K]
-    all_f = torch.cat((best_face[touched], cand_f), dim=1)
+    all_z = torch.cat((best_depth.index_select(0, touched), cand_z.view(-1, K)), dim=1)  # [M, 2K]
+    all_f = torch.cat((best_face.index_select(0, touched), cand_f.view(-1, K)), dim=1)
+    o = _merge_order(all_z, all_f)[:, :K]
+    best_depth.index_copy_(0, touched, all_z.gather(1, o))
+    best_face.index_copy_(0, touched, all_f.gather(1, o))
+
+
+def _ordered_bits(z: torch.Tensor) -> torch.Tensor:
+    """int64 in ``[0, 2^32)``: float32 ``z`` mapped to integers in the same order (+0.0 replaces
+    -0.0 first)."""
+    bits = (z + 0.0).view(torch.int32).to(torch.int64)
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) + 2**31
+
+
+def _merge_order(z: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """int64 ``[M, 2K]``: the order of each row's slots by ``(depth, face)``, empty slots
+    (``f = -1``) last."""
+    if z.dtype == torch.float32:  # one sort on an int64 key: depth bits (ordered) above the face
+        key = (_ordered_bits(z) << 31) | f.clamp(min=0)
+        return torch.sort(torch.where(f >= 0, key, torch.iinfo(torch.int64).max), dim=1).indices
     big = torch.iinfo(torch.int64).max
-    o = torch.sort(torch.where(all_f >= 0, all_f, big), dim=1, stable=True).indices
-    all_z, all_f = all_z.gather(1, o), all_f.gather(1, o)
-    o = torch.sort(all_z, dim=1, stable=True).indices[:, :K]
-    best_depth[touched] = all_z.gather(1, o)
-    best_face[touched] = all_f.gather(1, o)
+    o = torch.sort(torch.where(f >= 0, f, big), dim=1, stable=True).indices
+    return o.gather(1, torch.sort(z.gather(1, o), dim=1, stable=True).indices)
 
 
 # ---- step 4: differentiable fragments ---------------------------------------------------------------
