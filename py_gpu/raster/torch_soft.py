@@ -551,7 +551,7 @@ def _reach_columns(lines: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1:
 class _LogMiss(torch.autograd.Function):
     """``sum log(1 - D)`` per pixel of a tile over all its candidates: the forward value is given
     (computed by the selection); the backward pass evaluates the candidates again chunk by chunk,
-    so nothing per candidate is kept."""
+    with the analytic gradient of :func:`_log_miss_grad`, so nothing per candidate is kept."""
 
     @staticmethod
     def forward(ctx, screen, value, selector, tile):
@@ -567,24 +567,54 @@ class _LogMiss(torch.autograd.Function):
         _, r0, r1, c0, c1 = ctx.tile
         width = c1 - c0
         g = grad.reshape(-1)
-        faces, sigma = sel.faces, sel.settings.sigma
-        reach = -(sel.settings.blur_radius ** 2)
-        total = torch.zeros_like(screen)
-        with torch.enable_grad():
-            leaf = screen.detach().requires_grad_(True)
+        faces, s = sel.faces, sel.settings
+        per_face = torch.zeros(faces.shape[0], 6, dtype=screen.dtype, device=screen.device)
+        with torch.no_grad():
             for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
                 face_n, row_n, col = _candidates(face, row, col0, span_w, n)
-                px, py = col.to(screen.dtype) + 0.5, row_n.to(screen.dtype) + 0.5
-                with torch.no_grad():  # only the reached candidates get gradients
-                    dist = soft_geometry(_corners(tri, face_n), px, py, dist_only=True)
-                    hit = torch.nonzero(dist >= reach).squeeze(1)
-                face_n, px, py = face_n.index_select(0, hit), px.index_select(0, hit), py.index_select(0, hit)
-                weight = g.index_select(0, ((row_n - r0) * width + (col - c0)).index_select(0, hit))
-                corner = faces.index_select(0, face_n).reshape(-1)
-                dist = soft_geometry(leaf.index_select(0, corner).view(-1, 3, 3), px, py, dist_only=True)
-                lm = nnf.logsigmoid(-dist / sigma)
-                total += torch.autograd.grad((lm * weight).sum(), leaf)[0]
+                weight = g.index_select(0, (row_n - r0) * width + (col - c0))
+                xy = _log_miss_grad(tri, face_n, col, row_n, weight, s.sigma, -(s.blur_radius ** 2))
+                per_face.index_add_(0, face_n, xy)
+            total = torch.zeros_like(screen)
+            total[:, :2].index_add_(0, faces.reshape(-1), per_face.view(-1, 2))
         return total, None, None, None
+
+
+def _log_miss_grad(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor,
+                   weight: torch.Tensor, sigma: float, reach: float) -> torch.Tensor:
+    """float ``[n, 6]``: ``weight * d log(1 - D) / d (x0, y0, x1, y1, x2, y2)`` of candidates
+    ``(face, row, col)`` (``[n]`` each; corners from the table ``[9, F]``, see :func:`_corners`),
+    zero for those outside the reach (``dist < reach``).
+
+    ``log(1 - D) = logsigmoid(-dist / sigma)``, so its derivative is ``-D / sigma`` times that of
+    ``dist = +-d2``, the squared distance to the nearest edge ``a -> b``: at the nearest point
+    ``a + t (b - a)`` (``r`` from it to the pixel) ``d d2 / d a = -2 (1 - t) r`` and
+    ``d d2 / d b = -2 t r`` (the derivative through ``t`` vanishes: ``r`` is normal to the edge, or
+    ``t`` is clamped). The distance is the one :func:`soft_geometry` computes, operation for
+    operation, so the reach test agrees with the selection's bit for bit."""
+    dtype = table.dtype
+    px, py = col.to(dtype) + 0.5, row.to(dtype) + 0.5
+    xs, ys = table[0::3].index_select(1, face), table[1::3].index_select(1, face)  # [3, n]: corners
+    ex, ey = xs.roll(-1, 0) - xs, ys.roll(-1, 0) - ys  # edge j runs from corner j to corner j + 1
+    dx, dy = px - xs, py - ys
+    area = ex[0] * (ys[2] - ys[0]) - ey[0] * (xs[2] - xs[0])
+    area = torch.where(area != 0, area, torch.ones_like(area))
+    inside = ((ex * dy - ey * dx) / area >= 0).all(dim=0)  # soft_geometry's l1, l2, l0
+    ee = ex * ex + ey * ey
+    t = ((dx * ex + dy * ey) / torch.where(ee > 0, ee, torch.ones_like(ee))).clamp(0.0, 1.0)
+    rx, ry = dx - t * ex, dy - t * ey
+    d2 = rx * rx + ry * ry  # [3, n]
+    near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
+    dist = torch.where(inside, near, -near)
+    # coefficient of d d2 / d (corner): 2 * weight * D / sigma * sign(dist), on the nearest edge only
+    coef = torch.where(dist >= reach, weight * torch.sigmoid(dist / sigma) * (2.0 / sigma), 0.0)
+    coef = torch.where(inside, coef, -coef)
+    edge = d2.argmin(dim=0, keepdim=True)  # first of equal ones (their corner terms are equal)
+    q = torch.zeros_like(d2).scatter_(0, edge, coef[None])  # [3, n]
+    u = q * t  # share of corner b = j + 1; corner a = j gets q - u
+    a, b = q - u, u.roll(1, 0)
+    gx, gy = a * rx + b * rx.roll(1, 0), a * ry + b * ry.roll(1, 0)  # [3, n] per corner
+    return torch.stack((gx, gy), dim=1).view(6, -1).t()
 
 
 def _candidates(face, row, col0, span_w, n: int):
