@@ -609,8 +609,10 @@ def _log_miss_grad(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, r
     # coefficient of d d2 / d (corner): 2 * weight * D / sigma * sign(dist), on the nearest edge only
     coef = torch.where(dist >= reach, weight * torch.sigmoid(dist / sigma) * (2.0 / sigma), 0.0)
     coef = torch.where(inside, coef, -coef)
-    edge = d2.argmin(dim=0, keepdim=True)  # first of equal ones (their corner terms are equal)
-    q = torch.zeros_like(d2).scatter_(0, edge, coef[None])  # [3, n]
+    first = d2[0] == near  # the nearest edge, the first of equal ones (their corner terms agree)
+    second = (d2[1] == near) & ~first
+    q = torch.stack((torch.where(first, coef, 0.0), torch.where(second, coef, 0.0),
+                     torch.where(first | second, 0.0, coef)))  # [3, n]
     u = q * t  # share of corner b = j + 1; corner a = j gets q - u
     a, b = q - u, u.roll(1, 0)
     gx, gy = a * rx + b * rx.roll(1, 0), a * ry + b * ry.roll(1, 0)  # [3, n] per corner
@@ -772,6 +774,9 @@ class TileLoop:
             then returned last and read again by the backward pass).
         per_pixel: for each input, whether it is a ``[B, H, W, ...]`` per-pixel tensor (a tile
             gets its pixels) rather than a ``[B | 1, ...]`` per-element table (a tile gets row ``b``).
+        partial: ``tile_fn`` takes a keyword ``wanted`` (one bool per output, or None for all):
+            in the backward pass it is told which outputs received a gradient, and may return
+            None for the others (a loss on the silhouette alone then skips the colors).
 
     Calling the loop with the inputs (tensors or None) returns the outputs (and ``index_out``).
     Gradients reach the inputs through a backward pass that, per tile, evaluates ``tile_fn``
@@ -783,8 +788,8 @@ class TileLoop:
     """
 
     def __init__(self, plan: SoftPlan, index_fn: IndexFn, tile_fn: TileFn, outputs: Sequence[torch.Tensor], *,
-                 index_out: torch.Tensor | None = None, per_pixel: Sequence[bool] = ()):
-        self.plan, self.index_fn, self.tile_fn = plan, index_fn, tile_fn
+                 index_out: torch.Tensor | None = None, per_pixel: Sequence[bool] = (), partial: bool = False):
+        self.plan, self.index_fn, self.tile_fn, self.partial = plan, index_fn, tile_fn, partial
         self.outputs = list(outputs)
         self.index_out = index_out
         self.per_pixel = tuple(per_pixel)
@@ -866,9 +871,10 @@ class TileLoop:
                 fi = self.index_fn(tile)
             leaves = [None if x is None else x.detach().requires_grad_(need)
                       for x, need in zip(self.tile_inputs(inputs, tile), needs)]
+            wanted = {"wanted": tuple(g is not None for g in tile_grads)} if self.partial else {}
             with torch.enable_grad():
-                values = self.tile_fn(tile, fi, *leaves)
-            pairs = [(v, g) for v, g in zip(values, tile_grads) if g is not None and v.requires_grad]
+                values = self.tile_fn(tile, fi, *leaves, **wanted)
+            pairs = [(v, g) for v, g in zip(values, tile_grads) if g is not None and v is not None and v.requires_grad]
             wrt = [i for i, leaf in enumerate(leaves) if leaf is not None and leaf.requires_grad]
             if not pairs or not wrt:
                 continue

@@ -163,14 +163,16 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
     zrange = depth_range(screen[..., 2], blend_settings, clip_space=clip)  # [B, 2], detached
 
-    def tile(t, fi, scr, wb, vertex_colors, face_colors, zr):
-        part = gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3]))
+    def tile(t, fi, scr, wb, vertex_colors, face_colors, zr, wanted=None):
         alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
+        if wanted is not None and not (wanted[0] or wanted[2]):  # a gradient on the silhouette alone
+            return None, alpha, None, None
+        part = gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3]))
         part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary, alpha)
         return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
                            blend_settings, zr[None])
 
-    loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device))
+    loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device), partial=True)
     image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors, zrange)
     return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
 
