@@ -568,7 +568,7 @@ class _LogMiss(torch.autograd.Function):
         width = c1 - c0
         g = grad.reshape(-1)
         faces, s = sel.faces, sel.settings
-        per_face = torch.zeros(faces.shape[0], 6, dtype=screen.dtype, device=screen.device)
+        per_face = torch.zeros(faces.shape[0], 12, dtype=screen.dtype, device=screen.device)
         with torch.no_grad():
             for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
                 face_n, row_n, col = _candidates(face, row, col0, span_w, n)
@@ -576,15 +576,16 @@ class _LogMiss(torch.autograd.Function):
                 xy = _log_miss_grad(tri, face_n, col, row_n, weight, s.sigma, -(s.blur_radius ** 2))
                 per_face.index_add_(0, face_n, xy)
             total = torch.zeros_like(screen)
-            total[:, :2].index_add_(0, faces.reshape(-1), per_face.view(-1, 2))
+            total[:, :2] = _edge_parts_to_vertices(per_face, faces, screen.shape[0])
         return total, None, None, None
 
 
 def _log_miss_grad(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor,
                    weight: torch.Tensor, sigma: float, reach: float) -> torch.Tensor:
-    """float ``[n, 6]``: ``weight * d log(1 - D) / d (x0, y0, x1, y1, x2, y2)`` of candidates
-    ``(face, row, col)`` (``[n]`` each; corners from the table ``[9, F]``, see :func:`_corners`),
-    zero for those outside the reach (``dist < reach``).
+    """float ``[n, 12]``: ``weight * d log(1 - D) / d (corner)`` of candidates ``(face, row, col)``
+    (``[n]`` each; corners from the table ``[9, F]``, see :func:`_corners`), zero for those outside
+    the reach (``dist < reach``), as ``(ax, ay, bx, by)`` for edges 0, 1 and 2: the parts of the
+    edge's first corner ``a = j`` and of its second ``b = j + 1`` (:func:`_edge_parts_to_vertices`).
 
     ``log(1 - D) = logsigmoid(-dist / sigma)``, so its derivative is ``-D / sigma`` times that of
     ``dist = +-d2``, the squared distance to the nearest edge ``a -> b``: at the nearest point
@@ -593,30 +594,44 @@ def _log_miss_grad(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, r
     ``t`` is clamped). The distance is the one :func:`soft_geometry` computes, operation for
     operation, so the reach test agrees with the selection's bit for bit."""
     dtype = table.dtype
-    px, py = col.to(dtype) + 0.5, row.to(dtype) + 0.5
-    xs, ys = table[0::3].index_select(1, face), table[1::3].index_select(1, face)  # [3, n]: corners
-    ex, ey = xs.roll(-1, 0) - xs, ys.roll(-1, 0) - ys  # edge j runs from corner j to corner j + 1
-    dx, dy = px - xs, py - ys
-    area = ex[0] * (ys[2] - ys[0]) - ey[0] * (xs[2] - xs[0])
+    px, py = col.to(dtype).add_(0.5), row.to(dtype).add_(0.5)
+    corners = table[_EDGE_ROWS].index_select(1, face)  # [12, n]: x_a, x_b, y_a, y_b of edges 0-2
+    xa, xb, ya, yb = corners.view(4, 3, -1).unbind(0)  # [3, n] each
+    ex, ey, dx, dy = xb - xa, yb - ya, px - xa, py - ya
+    area = ex[0] * (ya[2] - ya[0]) - ey[0] * (xa[2] - xa[0])
     area = torch.where(area != 0, area, torch.ones_like(area))
-    inside = ((ex * dy - ey * dx) / area >= 0).all(dim=0)  # soft_geometry's l1, l2, l0
-    ee = ex * ex + ey * ey
-    t = ((dx * ex + dy * ey) / torch.where(ee > 0, ee, torch.ones_like(ee))).clamp(0.0, 1.0)
-    rx, ry = dx - t * ex, dy - t * ey
-    d2 = rx * rx + ry * ry  # [3, n]
+    cross = (ex * dy).sub_(ey * dx).div_(area)  # soft_geometry's l1, l2, l0
+    inside = (cross[0] >= 0) & (cross[1] >= 0) & (cross[2] >= 0)
+    ee = (ex * ex).add_(ey * ey)
+    t = (dx * ex).add_(dy * ey).div_(torch.where(ee > 0, ee, torch.ones_like(ee))).clamp_(0.0, 1.0)
+    rx, ry = dx.sub_(t * ex), dy.sub_(t * ey)
+    d2 = (rx * rx).add_(ry * ry)  # [3, n]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
     dist = torch.where(inside, near, -near)
     # coefficient of d d2 / d (corner): 2 * weight * D / sigma * sign(dist), on the nearest edge only
-    coef = torch.where(dist >= reach, weight * torch.sigmoid(dist / sigma) * (2.0 / sigma), 0.0)
-    coef = torch.where(inside, coef, -coef)
+    coef = torch.sigmoid(dist / sigma).mul_(weight).mul_(2.0 / sigma)
+    coef = torch.where(dist >= reach, torch.where(inside, coef, -coef), 0.0)
     first = d2[0] == near  # the nearest edge, the first of equal ones (their corner terms agree)
     second = (d2[1] == near) & ~first
     q = torch.stack((torch.where(first, coef, 0.0), torch.where(second, coef, 0.0),
                      torch.where(first | second, 0.0, coef)))  # [3, n]
-    u = q * t  # share of corner b = j + 1; corner a = j gets q - u
-    a, b = q - u, u.roll(1, 0)
-    gx, gy = a * rx + b * rx.roll(1, 0), a * ry + b * ry.roll(1, 0)  # [3, n] per corner
-    return torch.stack((gx, gy), dim=1).view(6, -1).t()
+    u = q * t  # b's share; a's is q - u
+    q.sub_(u)
+    return torch.stack((q * rx, q * ry, u * rx, u * ry), dim=1).view(12, -1).t()
+
+
+#: Rows of the corner table (``[9, F]``: x0, y0, z0, x1, ...) for edges ``j -> j + 1``, j = 0, 1, 2:
+#: first corners' x, second corners' x, first corners' y, second corners' y.
+_EDGE_ROWS = [0, 3, 6, 3, 6, 0, 1, 4, 7, 4, 7, 1]
+
+
+def _edge_parts_to_vertices(per_face: torch.Tensor, faces: torch.Tensor, vertices: int) -> torch.Tensor:
+    """float ``[V, 2]``: the x, y gradients of the vertices from each face's summed edge parts
+    (``[F, 12]``, see :func:`_log_miss_grad`)."""
+    parts = per_face.view(-1, 3, 4)  # [F, edge, (ax, ay, bx, by)]
+    corner = parts[..., :2] + parts[..., 2:].roll(1, dims=1)  # [F, corner, 2]: a of edge c, b of edge c - 1
+    out = torch.zeros(vertices, 2, dtype=per_face.dtype, device=per_face.device)
+    return out.index_add_(0, faces.reshape(-1), corner.reshape(-1, 2))
 
 
 def _candidates(face, row, col0, span_w, n: int):
