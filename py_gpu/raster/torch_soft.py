@@ -573,8 +573,11 @@ class _LogMiss(torch.autograd.Function):
             for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
                 face_n, row_n, col = _candidates(face, row, col0, span_w, n)
                 weight = g.index_select(0, (row_n - r0) * width + (col - c0))
-                xy = _log_miss_grad(tri, face_n, col, row_n, weight, s.sigma, -(s.blur_radius ** 2))
-                per_face.index_add_(0, face_n, xy)
+                for i in range(0, n, _BLOCK):
+                    part = slice(i, i + _BLOCK)
+                    xy = _log_miss_grad(tri, face_n[part], col[part], row_n[part], weight[part], s.sigma,
+                                        -(s.blur_radius ** 2))
+                    per_face.index_add_(0, face_n[part], xy)
             total = torch.zeros_like(screen)
             total[:, :2] = _edge_parts_to_vertices(per_face, faces, screen.shape[0])
         return total, None, None, None
@@ -634,6 +637,12 @@ def _edge_parts_to_vertices(per_face: torch.Tensor, faces: torch.Tensor, vertice
     return out.index_add_(0, faces.reshape(-1), corner.reshape(-1, 2))
 
 
+#: Candidates evaluated together in the per-candidate arithmetic of steps 2-3 and of the
+#: silhouette's backward pass: its few dozen float temporaries of this length stay in the CPU's
+#: cache (about 1.5x faster than streaming whole chunks through memory, measured at 1 thread).
+_BLOCK = 16384
+
+
 def _candidates(face, row, col0, span_w, n: int):
     """The ``n`` candidate fragments of spans (``[S]`` each), flat, span by span from the left:
     int64 ``[n]`` face, row and column of each."""
@@ -660,7 +669,12 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given."""
     device, dtype = tri.device, tri.dtype
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
-    dist, _, depth = soft_geometry(_corners(tri, face_n), col.to(dtype) + 0.5, row_n.to(dtype) + 0.5, no_bary=True)
+    dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
+    for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
+        part = slice(i, i + _BLOCK)
+        d, _, z = soft_geometry(_corners(tri, face_n[part]), col[part].to(dtype) + 0.5, row_n[part].to(dtype) + 0.5,
+                                no_bary=True)
+        dist[part], depth[part] = d, z
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, in face order
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     fid = face_n.index_select(0, hit)
