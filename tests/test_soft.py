@@ -237,6 +237,41 @@ def test_slanted_slivers_lose_no_fragment(device, seed):
     assert fast.mask.sum(-1).max() >= 3
 
 
+@pytest.mark.parametrize("composite", ["over", "softras"])
+@pytest.mark.parametrize("budget", [None, 300_000], ids=["one-tile", "tiled"])
+def test_shading_only_reached_pixels_changes_nothing(monkeypatch, device, composite, budget):
+    """A sparse frame is shaded only at the pixels some face reaches (the others show the
+    background): image, alpha, depth and faces are those of shading every pixel, bit for bit, and
+    the gradients agree to rounding."""
+    from py_gpu.shading import composite as comp
+
+    g = torch.Generator().manual_seed(5)
+    n, side = 8, 48
+    center = 8 + torch.rand(n, 1, 2, generator=g, dtype=torch.float64) * (side - 16)
+    xy = center + (torch.rand(n, 3, 2, generator=g, dtype=torch.float64) * 2 - 1) * 10
+    z = torch.rand(n, 3, 1, generator=g, dtype=torch.float64)
+    verts = torch.cat((xy, z), -1).reshape(1, 3 * n, 3).to(device, float64_on(device))
+    cols = torch.rand(1, 3 * n, 3, generator=g, dtype=torch.float64).to(verts)
+    up = torch.rand(1, side, side, 3, generator=g, dtype=torch.float64).to(verts)
+    s = soft(sigma=1.0, **({} if budget is None else {"memory_budget": budget}))
+    runs = []
+    for share in (-1.0, comp._COMPACT_SHARE):  # shade every pixel; then the default
+        monkeypatch.setattr(comp, "_COMPACT_SHARE", share)
+        v, c = verts.clone().requires_grad_(True), cols.clone().requires_grad_(True)
+        frame = render_soft(TriangleBatch(v, torch.arange(3 * n).reshape(n, 3).to(device), vertex_colors=c),
+                            (side, side), background=(0.2, 0.3, 0.4), settings=s, blend_settings=blending(0.1, composite))
+        ((frame.image * up).sum() + frame.alpha.sum()).backward()
+        runs.append((frame.image, frame.alpha, frame.depth, frame.face_index, v.grad, c.grad))
+    dense, compact = runs
+    covered = float((dense[3] >= 0).double().mean())
+    assert 0.02 < covered < 0.6  # sparse: most pixels are background
+    for a, b in zip(dense[:4], compact[:4]):
+        assert torch.equal(a, b)
+    for a, b in zip(dense[4:], compact[4:]):  # the same terms, summed in another order
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
+    assert dense[4].abs().max() > 1e-3 and dense[5].abs().max() > 1e-3
+
+
 def test_memory_budget_too_small_says_what_to_change(device):
     with pytest.raises(MemoryBudgetError, match="raise memory_budget"):
         rasterize_soft(random_scene(0, device=device), (12, 16), soft(memory_budget=100))

@@ -735,7 +735,7 @@ def _merge_order(z: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
 # ---- step 4: differentiable fragments ---------------------------------------------------------------
 def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, face_index: torch.Tensor,
-                origin: tuple[int, int]) -> Fragments:
+                origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Fragments:
     """Step 4 for one tile: differentiable distance, barycentrics and depth of its chosen faces.
 
     Args:
@@ -744,6 +744,8 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
         faces: int64 ``[F, 3]``.
         face_index: int64 ``[rows, cols, K]``, the tile's faces (-1 where empty).
         origin: ``(row, col)`` of the tile's top-left pixel.
+        centers: for a compacted tile, int64 ``(row, col)`` (``[rows]`` each, absolute) of the
+            pixels of a ``[rows, 1, K]`` ``face_index``; then ``origin`` is unused.
 
     Returns:
         ``Fragments`` of shape ``[1, rows, cols, K]`` (``screen_bary`` when ``w`` is given). Only the
@@ -756,8 +758,12 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     si = torch.nonzero(flat >= 0).squeeze(1)  # [N] slots
     fi = flat.index_select(0, si)
     pixel = si // K
-    px = (pixel % W + origin[1]).to(dtype) + 0.5
-    py = (pixel // W + origin[0]).to(dtype) + 0.5
+    if centers is None:
+        px = (pixel % W + origin[1]).to(dtype) + 0.5
+        py = (pixel // W + origin[0]).to(dtype) + 0.5
+    else:
+        px = centers[1].index_select(0, pixel).to(dtype) + 0.5
+        py = centers[0].index_select(0, pixel).to(dtype) + 0.5
     corner = faces.index_select(0, fi).reshape(-1)  # [N*3]
     tri = screen.index_select(0, corner).view(-1, 3, 3)  # [N, 3, 3]
     dist_n, lam_n, depth_n = soft_geometry(tri, px, py)

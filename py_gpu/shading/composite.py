@@ -139,7 +139,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
 
     Each tile (rows, or a piece of a row) is selected, gathered, colored and blended in one
     pass, so the working set is one tile's (it fits ``settings.memory_budget``) and only the
-    ``Frame`` is whole-frame. For the backward pass the selected face indices are kept (int32)
+    ``Frame`` is whole-frame. Where no face reaches most of a tile, only the reached pixels are
+    gathered and blended (the others are the background, alpha 0, no face). For the backward pass the selected face indices are kept (int32)
     when they take at most ``1 / KEEP_SHARE`` (a quarter) of the budget; otherwise the backward
     pass selects each tile's faces again. The values are those of :func:`shade_soft` on
     :func:`py_gpu.raster.torch_soft.rasterize_soft`'s fragments.
@@ -167,14 +168,45 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
         if wanted is not None and not (wanted[0] or wanted[2]):  # a gradient on the silhouette alone
             return None, alpha, None, None
-        part = gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3]))
-        part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary, alpha)
-        return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
-                           blend_settings, zr[None])
+        rows, cols, _ = fi.shape
+        hit = torch.nonzero(fi[..., 0].reshape(-1) >= 0).squeeze(1)  # pixels some face reaches
+        if hit.numel() > _COMPACT_SHARE * rows * cols:
+            part = gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3]))
+            part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary, alpha)
+            return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
+                               blend_settings, zr[None])
+        # only the reached pixels, as a [1, P, 1, K] tile; the others are background
+        centers = (hit // cols + t[1], hit % cols + t[3])
+        part = gather_tile(scr, wb, faces, _occupied(fi.view(-1, 1, fi.shape[-1]).index_select(0, hit)), (0, 0),
+                           centers)
+        part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary,
+                         alpha.view(-1, 1).index_select(0, hit).view(1, -1, 1, 1))
+        image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background,
+                                            settings, blend_settings, zr[None])
+        return (_expand(image.view(-1, image.shape[-1]), hit, rows, cols, background_tensor(
+                    background, image.shape[-1], image.dtype, image.device)),
+                alpha, _expand(depth.view(-1), hit, rows, cols, math.inf),
+                _expand(face.view(-1), hit, rows, cols, -1))
 
     loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device), partial=True)
     image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors, zrange)
     return Frame(image=image, alpha=alpha, depth=depth, face_index=face)
+
+
+#: A soft tile is shaded only at the pixels some face reaches (compacted) when they are at most
+#: this share of its pixels; the others show the background (alpha 0, no face).
+_COMPACT_SHARE = 0.9
+
+
+def _expand(values: torch.Tensor, at: torch.Tensor, rows: int, cols: int, fill) -> torch.Tensor:
+    """``[1, rows, cols, ...]``: ``values`` (``[P, ...]``) at the flat pixels ``at``, ``fill``
+    (a scalar or a ``[C]`` tensor) elsewhere; differentiable with respect to ``values``."""
+    tail = values.shape[1:]
+    if isinstance(fill, torch.Tensor):
+        base = fill.expand(rows * cols, *tail)
+    else:
+        base = torch.full((rows * cols, *tail), fill, dtype=values.dtype, device=values.device)
+    return base.index_copy(0, at, values).view(1, rows, cols, *tail)
 
 
 def _occupied(face_index: torch.Tensor) -> torch.Tensor:
