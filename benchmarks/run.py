@@ -2,7 +2,7 @@
 
     python benchmarks/run.py            # everything
     python benchmarks/run.py --quick    # small cases only
-    python benchmarks/run.py --only core,torch --no-write
+    python benchmarks/run.py --only core,torch   # some suites: printed; written only with --output FILE
 
 Suites are the modules ``benchmarks/suite_*.py``; each adds tables to one shared report, with
 ratios against the other backends measured in the same process. Each suite runs in a fresh
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small cases only")
     parser.add_argument("--only", default="", help="comma list of suites (core, moderngl, torch, soft, renderer, gl_renderer)")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
-    parser.add_argument("--output", default=str(HERE.parent / "docs" / "benchmarks.md"))
+    parser.add_argument("--output", default=None,
+                        help="file to write (default docs/benchmarks.md; a run with --only writes only with --output)")
     parser.add_argument("--child-suite", default="", help=argparse.SUPPRESS)  # run one suite, print JSON
     args = parser.parse_args(argv)
     if args.child_suite:
@@ -97,6 +98,10 @@ def main(argv=None) -> int:
         print(table.text())
         print()
     print(f"{total:.0f} s")
+    if args.only and args.output is None and not args.no_write:  # a part must not replace the whole record
+        print("partial run (--only): docs/benchmarks.md is not rewritten; pass --output FILE to write these tables")
+        return 0
+    args.output = args.output or str(HERE.parent / "docs" / "benchmarks.md")
     if not args.no_write:
         today = datetime.date.today().isoformat()
         header = [

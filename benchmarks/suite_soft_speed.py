@@ -6,7 +6,8 @@ sigma = 1 px^2) unless the row says otherwise, float32 on the CPU, with one intr
 "before" column is the same case measured at d05c010 (an earlier version, same machine class)
 and the "target" column the figure the case should reach.
 
-    python benchmarks/run.py --only soft_speed
+    python benchmarks/suite_soft_speed.py      # writes docs/benchmarks-soft-speed.md
+    python benchmarks/run.py --only soft_speed  # prints the tables only
 """
 
 from __future__ import annotations
