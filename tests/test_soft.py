@@ -105,6 +105,32 @@ def test_geometry_known_values(device):
     assert torch.allclose(lam.sum(-1), torch.ones(4, dtype=torch.float64))
 
 
+def test_closed_form_geometry_gradient_matches_autograd(device):
+    """The fast path's step 4 backward (closed form) against autograd through the expressions of
+    soft_geometry, at points inside, outside and near the corners of random triangles (float64)."""
+    from py_gpu.raster.torch_soft import _Geometry
+
+    dtype = float64_on(device)
+    g = torch.Generator().manual_seed(3)
+    n = 4000
+    tri = (torch.rand(n, 3, 3, generator=g, dtype=torch.float64) * torch.tensor([20.0, 20.0, 1.0])).to(device, dtype)
+    w = torch.rand(n, 3, generator=g, dtype=torch.float64) * 1.4 - 0.2  # affine weights, some < 0: outside
+    px, py = ((w / w.sum(-1, keepdim=True))[..., None] * tri[..., :2].cpu()).sum(1).to(device, dtype).unbind(-1)
+    ups = [torch.randn(shape, generator=g, dtype=torch.float64).to(device, dtype) for shape in ((n,), (n, 3), (n,))]
+    inside = soft_geometry(tri, px, py, dist_only=True) >= 0
+    assert 0.1 < float(inside.double().mean()) < 0.9
+
+    def grad(fn, which):  # d (sum of the chosen outputs times their upstream) / d tri
+        t = tri.clone().requires_grad_(True)
+        outs = fn(t, px, py)
+        return torch.autograd.grad(sum((outs[i] * ups[i]).sum() for i in which), t)[0]
+
+    for which in ((0, 1, 2), (0,), (1,), (2,)):  # all outputs, then dist, barycentrics, depth alone
+        ref, fast = grad(soft_geometry, which), grad(_Geometry.apply, which)
+        assert torch.allclose(fast, ref, rtol=1e-9, atol=1e-9), which
+    assert ref.abs().max() > 1.0
+
+
 def test_blur_radius_keeps_exactly_the_cutoff_footprint(device):
     s = soft(sigma=1.5, faces_per_pixel=1)
     r2 = s.blur_radius ** 2

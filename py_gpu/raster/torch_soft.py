@@ -87,6 +87,16 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist
 
     Degenerate (zero-area) triangles give finite garbage; callers drop them first.
     """
+    return _geometry(tri, px, py, dist_only=dist_only, no_bary=no_bary)
+
+
+def _geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
+              no_bary: bool = False, parts: bool = False):
+    """:func:`soft_geometry`; with ``parts`` (and neither ``dist_only`` nor ``no_bary``), also
+    what :class:`_Geometry`'s backward pass needs: ``(area, l, inside, edge, t, rx, ry)`` with the
+    barycentrics before clamping ``l`` (``[3, ...]``), the nearest edge ``edge`` (int64, the first
+    of equal ones; edge j runs from corner j to corner j + 1), the parameter ``t`` of the nearest
+    point on it and the vector ``(rx, ry)`` from that point to the sample."""
     x0, y0, z0 = tri[..., 0, 0], tri[..., 0, 1], tri[..., 0, 2]
     x1, y1, z1 = tri[..., 1, 0], tri[..., 1, 1], tri[..., 1, 2]
     x2, y2, z2 = tri[..., 2, 0], tri[..., 2, 1], tri[..., 2, 2]
@@ -98,16 +108,17 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist
     l2 = ((x1 - x0) * (py - y0) - (y1 - y0) * (px - x0)) / area
     inside = (l0 >= 0) & (l1 >= 0) & (l2 >= 0)
 
-    def seg2(ax, ay, bx, by):  # squared distance to segment a-b
+    def seg2(ax, ay, bx, by):  # squared distance to segment a-b, and the nearest point's t, r
         ex, ey = bx - ax, by - ay
         ee = ex * ex + ey * ey
         ee = torch.where(ee > 0, ee, torch.ones_like(ee))
         dx, dy = px - ax, py - ay
         t = ((dx * ex + dy * ey) / ee).clamp(0.0, 1.0)
         rx, ry = dx - t * ex, dy - t * ey
-        return rx * rx + ry * ry
+        return rx * rx + ry * ry, t, rx, ry
 
-    d2 = torch.minimum(torch.minimum(seg2(x0, y0, x1, y1), seg2(x1, y1, x2, y2)), seg2(x2, y2, x0, y0))
+    s0, s1, s2 = seg2(x0, y0, x1, y1), seg2(x1, y1, x2, y2), seg2(x2, y2, x0, y0)
+    d2 = torch.minimum(torch.minimum(s0[0], s1[0]), s2[0])
     dist = torch.where(inside, d2, -d2)
     if dist_only:
         return dist
@@ -115,7 +126,58 @@ def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist
     total = c0 + c1 + c2  # >= 1 because l0 + l1 + l2 == 1
     c0, c1, c2 = c0 / total, c1 / total, c2 / total
     depth = c0 * z0 + c1 * z1 + c2 * z2
-    return dist, None if no_bary else torch.stack((c0, c1, c2), dim=-1), depth
+    if not parts:
+        return dist, None if no_bary else torch.stack((c0, c1, c2), dim=-1), depth
+    first, second = s0[0] == d2, s1[0] == d2
+    edge = torch.where(first, 0, torch.where(second, 1, 2))
+    near = [torch.where(first, a, torch.where(second, b, c)) for a, b, c in zip(s0[1:], s1[1:], s2[1:])]
+    return dist, torch.stack((c0, c1, c2), dim=-1), depth, (area, torch.stack((l0, l1, l2)), inside, edge, *near)
+
+
+class _Geometry(torch.autograd.Function):
+    """:func:`soft_geometry` of ``[N, 3, 3]`` triangles at ``[N]`` points with a closed-form
+    backward pass (the fast path's step 4; autograd through the expressions, as the oracle does,
+    keeps about sixty temporaries per point and runs several times as many operations).
+
+    The derivatives: ``depth = sum c_i z_i`` with ``c_i = m_i / T``, ``m_i = max(l_i, 0)``,
+    ``T = sum m_i`` and ``l_i = E_i / area``, ``E_i`` the edge function (affine in each corner)
+    of the edge opposite corner ``i`` at the point. ``area`` is a common factor of the ``m_i``,
+    so ``c`` does not depend on it: only the ``E_i`` carry gradients. ``dist = +-d2`` as in
+    :func:`_log_miss_grad` (nearest edge ``a -> b``: ``d d2/da = -2 (1 - t) r``,
+    ``d d2/db = -2 t r``)."""
+
+    @staticmethod
+    def forward(ctx, tri, px, py):
+        dist, lam, depth, parts = _geometry(tri, px, py, parts=True)
+        ctx.save_for_backward(tri, px, py, lam, *parts)
+        return dist, lam, depth
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_dist, g_lam, g_depth):
+        tri, px, py, lam, area, l, inside, edge, t, rx, ry = ctx.saved_tensors
+        X, Y, Z = tri.permute(2, 1, 0).unbind(0)  # [3 corners, N] each
+        c = lam.t()
+        g_c = torch.zeros_like(c) if g_lam is None else g_lam.t().clone()
+        g_z = torch.zeros_like(c)
+        if g_depth is not None:
+            g_c += g_depth * Z
+            g_z = g_depth * c
+        g_l = torch.where(l >= 0, (g_c - (g_c * c).sum(0)) / (l.clamp(min=0.0).sum(0)), 0.0)
+        g_e = g_l / area  # the edge functions' share; corner k is a of E_{k-1} and b of E_{k+1}
+        gm, gp = g_e.roll(1, 0), g_e.roll(-1, 0)
+        xp, xm, yp, ym = X.roll(-1, 0), X.roll(1, 0), Y.roll(-1, 0), Y.roll(1, 0)  # corners k + 1, k - 1
+        gx = gm * (yp - py) + gp * (py - ym)
+        gy = gm * (px - xp) + gp * (xm - px)
+        if g_dist is not None:
+            coef = torch.where(inside, -2.0 * g_dist, 2.0 * g_dist)
+            b_share = coef * t
+            a_share = coef - b_share
+            on_a = edge == torch.arange(3, device=edge.device)[:, None]  # [3, N]: corner k is the edge's a
+            on_b = on_a.roll(1, 0)  # corner k is the b of edge k - 1
+            gx = gx + torch.where(on_a, a_share * rx, 0.0) + torch.where(on_b, b_share * rx, 0.0)
+            gy = gy + torch.where(on_a, a_share * ry, 0.0) + torch.where(on_b, b_share * ry, 0.0)
+        return torch.stack((gx, gy, g_z), dim=-1).transpose(0, 1), None, None
 
 
 def faces_kept(screen: torch.Tensor, faces: torch.Tensor, cull_backfaces: bool) -> torch.Tensor:
@@ -766,7 +828,10 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
         py = centers[0].index_select(0, pixel).to(dtype) + 0.5
     corner = faces.index_select(0, fi).reshape(-1)  # [N*3]
     tri = screen.index_select(0, corner).view(-1, 3, 3)  # [N, 3, 3]
-    dist_n, lam_n, depth_n = soft_geometry(tri, px, py)
+    if torch.is_grad_enabled() and tri.requires_grad:  # closed-form backward
+        dist_n, lam_n, depth_n = _Geometry.apply(tri, px, py)
+    else:
+        dist_n, lam_n, depth_n = soft_geometry(tri, px, py)
     bary_n = lam_n
     if w is not None:
         q = lam_n / w.index_select(0, corner).view(-1, 3)  # [N, 3]
