@@ -284,8 +284,9 @@ def test_shading_only_reached_pixels_changes_nothing(monkeypatch, device, compos
     for share in (-1.0, comp._COMPACT_SHARE):  # shade every pixel; then the default
         monkeypatch.setattr(comp, "_COMPACT_SHARE", share)
         v, c = verts.clone().requires_grad_(True), cols.clone().requires_grad_(True)
-        frame = render_soft(TriangleBatch(v, torch.arange(3 * n).reshape(n, 3).to(device), vertex_colors=c),
-                            (side, side), background=(0.2, 0.3, 0.4), settings=s, blend_settings=blending(0.1, composite))
+        batch = TriangleBatch(v, torch.arange(3 * n).reshape(n, 3).to(device), vertex_colors=c)
+        frame = render_soft(batch, (side, side), background=(0.2, 0.3, 0.4), settings=s,
+                            blend_settings=blending(0.1, composite))
         ((frame.image * up).sum() + frame.alpha.sum()).backward()
         runs.append((frame.image, frame.alpha, frame.depth, frame.face_index, v.grad, c.grad))
     dense, compact = runs
