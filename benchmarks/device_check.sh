@@ -25,6 +25,7 @@ DEVICE_TESTS=(
     tests/test_lights.py
     tests/test_obj_mtl.py
     tests/test_renderer.py
+    tests/test_silhouette.py
     tests/test_soft.py
     tests/test_soft_defaults.py
     tests/test_texture.py

@@ -2,7 +2,8 @@
 
 Every case renders through ``py_gpu.render(..., mode="soft")`` with default settings (K = 8,
 sigma = 1 px^2) unless the row says otherwise, float32 on the CPU, with one intra-op thread.
-"silhouette" backpropagates a loss on ``alpha``; "rgb" one on ``image`` (vertex colors). The
+"silhouette" backpropagates a loss on ``alpha``; "rgb" one on ``image`` (vertex colors);
+the "silhouette()" columns time ``py_gpu.silhouette``, which computes that alpha alone. The
 "before" column is the same case measured at d05c010 (an earlier version, same machine class)
 and the "target" column the figure the case should reach.
 
@@ -79,6 +80,22 @@ def _steps(batch: TriangleBatch, size, **kw):
     return forward, silhouette, rgb
 
 
+def _silhouette_steps(batch: TriangleBatch, size):
+    """Forward, and forward + backward of a loss on ``py_gpu.silhouette`` (the same alpha)."""
+    verts = batch.vertices.detach().clone().requires_grad_(True)
+    up = torch.rand(batch.batch_size, *size, 1, generator=torch.Generator().manual_seed(1))
+
+    def forward():
+        with torch.no_grad():
+            py_gpu.silhouette(TriangleBatch(verts, batch.faces), size)
+
+    def step():
+        verts.grad = None
+        (py_gpu.silhouette(TriangleBatch(verts, batch.faces), size) * up).sum().backward()
+
+    return forward, step
+
+
 def run(report: Report, quick: bool = False) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -91,7 +108,8 @@ def run(report: Report, quick: bool = False) -> None:
 def _run(report: Report, quick: bool) -> None:
     repeat = 3 if quick else 7
     t = report.table("Soft mode, fitting-task scenes (CPU, 1 thread, float32, ms per call)",
-                     ["scene", "size", "forward", "fwd+bwd silhouette", "fwd+bwd rgb", "before (d05c010)", "target"])
+                     ["scene", "size", "forward", "fwd+bwd silhouette", "fwd+bwd rgb", "silhouette() fwd",
+                      "silhouette() fwd+bwd", "before (d05c010)", "target"])
     cases = [
         ("icosphere 1,280 faces", sphere_batch(64), 64, "482 fwd+bwd at K=50", "fwd+bwd <= 50"),
         ("cube 12 faces (perspective)", cube_batch(96), 96, "~210 fwd+bwd", "fwd+bwd <= 20"),
@@ -107,8 +125,12 @@ def _run(report: Report, quick: bool) -> None:
         ]
     for name, batch, side, before, target in cases:
         fwd, sil, rgb = _steps(batch, (side, side))
-        row = [name, f"{side}x{side}"] + [fmt_ms(time_call(f, repeat=repeat)) for f in (fwd, sil, rgb)]
+        sil_fwd, sil_step = _silhouette_steps(batch, (side, side))
+        steps = (fwd, sil, rgb, sil_fwd, sil_step)
+        row = [name, f"{side}x{side}"] + [fmt_ms(time_call(f, repeat=repeat)) for f in steps]
         report.add_row(t, row + [before, target])
+    t.notes.append("silhouette(): py_gpu.silhouette, the same alpha as render's (bit for bit) without the K nearest "
+                   "faces, colors or blend; its fwd+bwd backpropagates the same loss as 'fwd+bwd silhouette'")
     t.notes.append("before: the same scene at d05c010, 256x256 rows with 2 threads on a quiet box (the issue's "
                    "side-by-side run against PyTorch3D's CPU rasterizer, which took 7,395-20,890 ms)")
 

@@ -36,7 +36,7 @@ _PUBLIC = {
     "RasterBatch": ".compat", "ScreenTriangle": ".compat", "ScreenVertex": ".compat",
     "detect_gpu_packages": ".compat", "select_backend": ".compat",
     "Fragments": ".contracts", "Frame": ".contracts", "TriangleBatch": ".contracts",
-    "interpolate": ".frontend", "rasterize": ".frontend", "render": ".frontend",
+    "interpolate": ".frontend", "rasterize": ".frontend", "render": ".frontend", "silhouette": ".frontend",
     "MeshBatch": ".mesh",
     "Renderer": ".renderer",
     "BlendSettings": ".settings", "RasterSettings": ".settings",
@@ -121,6 +121,7 @@ __all__ = [
     "rasterize",
     "interpolate",
     "render",
+    "silhouette",
     "antialias",
     # world space
     "Camera",

@@ -26,6 +26,7 @@ from .backends import Backend, create_backend
 from .contracts import Fragments, Frame, TriangleBatch
 from .image import quantize
 from .raster.clip import ClipResult, clip_batch
+from .raster.torch_soft import silhouette_soft
 from .settings import BlendSettings, RasterSettings, resolve_settings
 from .shading.blend import check_depth_range
 from .shading.composite import shade_fragments
@@ -224,3 +225,37 @@ def render(
     bg = check_rgb(where, "background", background, scale=1.0)
     with cpu_threads(tb.device, tb.batch_size * size[0] * size[1]):
         return render_batch(be, tb, size, bg, be.check_settings(where, s), b)
+
+
+def silhouette(
+    batch: TriangleBatch,
+    size,
+    *,
+    sigma: float | None = None,
+    cull_backfaces: bool | None = None,
+    memory_budget: int | None = None,
+    settings: RasterSettings | None = None,
+) -> torch.Tensor:
+    """float ``[B, H, W, 1]``: the soft silhouette of ``batch``, differentiable with respect to the
+    vertex positions: ``1 - prod (1 - D)`` over every face whose blurred footprint reaches a pixel,
+    with ``D = sigmoid(dist / sigma)`` (SoftRas' silhouette; PyTorch3D's ``SoftSilhouetteShader``
+    takes the product over the K nearest faces only).
+
+    The same values, bit for bit, as ``render(batch, size, mode="soft").alpha`` with the same
+    settings, without selecting the K nearest faces, interpolating colors or blending: the
+    cheaper call for silhouette losses. It runs in torch, on the batch's device. ``sigma``,
+    ``cull_backfaces`` and ``memory_budget`` override ``settings`` (a ``RasterSettings``; its
+    ``mode`` is taken as ``"soft"``). Clip-space faces that the near plane cuts go through
+    ``render``'s clipping (same values, at ``render``'s cost).
+    """
+    where = "silhouette"
+    s, b = resolve_settings(where, settings, None, mode="soft", sigma=sigma, cull_backfaces=cull_backfaces,
+                            memory_budget=memory_budget)
+    tb = _batch(where, batch)
+    size = check_size(where, size)
+    with cpu_threads(tb.device, tb.batch_size * size[0] * size[1]):
+        clipped = near_clip(tb, size)
+        if clipped is not None and clipped.num_clipped:
+            be = resolve_backend(where, "torch")
+            return render_batch(be, tb, size, (0.0, 0.0, 0.0), be.check_settings(where, s), b).alpha
+        return silhouette_soft(tb if clipped is None else clipped.batch, size, s)

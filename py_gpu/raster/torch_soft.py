@@ -62,8 +62,8 @@ from .._check import MemoryBudgetError, PyGpuTypeError, check_size
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
 
-__all__ = ["rasterize_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles", "FaceSelector", "TileLoop",
-           "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
+__all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
+           "FaceSelector", "TileLoop", "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -528,11 +528,36 @@ class FaceSelector:
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0)
+        self._keep_miss(tile, log_miss)
+        return best_face.view(rows, width, K)
+
+    @torch.no_grad()
+    def miss(self, tile: Tile) -> None:
+        """The silhouette's ``sum log(1 - D)`` over the tile's candidates alone, without selecting
+        faces (steps 1-2, and of step 3 only the sum; the same values as :meth:`__call__`'s, bit
+        for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`."""
+        b, row0, row1, col0, col1 = tile
+        s, dtype = self.settings, self.screen.dtype
+        width = col1 - col0
+        log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
+        reach = -(s.blur_radius ** 2)
+        for tri, face, row, c0, span_w, n in self.spans(tile):
+            face_n, row_n, col = _candidates(face, row, c0, span_w, n)
+            for i in range(0, n, _BLOCK):
+                part = slice(i, i + _BLOCK)
+                f, r, c = face_n[part], row_n[part], col[part]
+                dist = soft_geometry(_corners(tri, f), c.to(dtype) + 0.5, r.to(dtype) + 0.5, dist_only=True)
+                hit = torch.nonzero(dist >= reach).squeeze(1)
+                pix = ((r - row0) * width + (c - col0)).index_select(0, hit)
+                log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
+        self._keep_miss(tile, log_miss)
+
+    def _keep_miss(self, tile: Tile, log_miss: torch.Tensor) -> None:
+        b, row0, row1, col0, col1 = tile
         if self._log_miss is None:  # one float per pixel of the frame, for the silhouette
             B = self.screen.shape[0]
-            self._log_miss = torch.zeros(B, *self.size, dtype=self.screen.dtype, device=device)
-        self._log_miss[b, row0:row1, col0:col1] = log_miss.view(rows, width)
-        return best_face.view(rows, width, K)
+            self._log_miss = torch.zeros(B, *self.size, dtype=self.screen.dtype, device=self.screen.device)
+        self._log_miss[b, row0:row1, col0:col1] = log_miss.view(row1 - row0, col1 - col0)
 
     def log_miss(self, tile: Tile, screen: torch.Tensor) -> torch.Tensor:
         """float ``[rows, cols]``: ``sum log(1 - D)`` over every candidate fragment of the tile (the
@@ -849,6 +874,36 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
         dist=scatter(dist_n, 0.0),
         screen_bary=scatter(lam_n, 0.0, (3,)) if w is not None else None,
     )
+
+
+def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> torch.Tensor:
+    """float ``[B, H, W, 1]``: the soft silhouette ``1 - prod (1 - D)`` over every face whose
+    footprint reaches each pixel, of a drawable ``batch`` (screen space, or clip space with every
+    ``w > 0``), differentiable with respect to the vertex positions.
+
+    The same values as ``alpha`` of a soft :func:`py_gpu.render` (bit for bit), without selecting
+    the K nearest faces, interpolating or blending: per tile, steps 1-2 and the sum of step 3
+    (:meth:`FaceSelector.miss`); the backward pass is :class:`_LogMiss`'s. What autograd keeps is
+    the silhouette itself (one float per pixel) besides the inputs.
+
+    Raises:
+        MemoryBudgetError: the budget cannot hold the work of one pixel and the face table.
+    """
+    height, width = size
+    B, dtype = batch.batch_size, batch.dtype
+    item = _item(dtype)
+    plan = plan_tiles("silhouette", batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=1,
+                      dtype=dtype, budget=settings.memory_budget, slot_bytes=4 * item,
+                      returned=B * height * width * item)
+    screen = batch.screen_vertices((height, width))  # [B, V, 3], differentiable
+    select = FaceSelector(screen.detach(), batch.faces, (height, width), settings, plan)
+    alpha = torch.empty(B, height, width, 1, dtype=dtype, device=batch.device)
+    for tile in plan.tiles:
+        b, r0, r1, c0, c1 = tile
+        select.miss(tile)
+        alpha[b, r0:r1, c0:c1, 0] = 1.0 - torch.exp(select.log_miss(tile, screen[b]))
+    select.release()
+    return alpha
 
 
 # ---- the tile loop -----------------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""``py_gpu.silhouette``: soft mode's silhouette without the K nearest faces, colors or blend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import py_gpu
+from py_gpu import MemoryBudgetError, PyGpuTypeError, PyGpuValueError, TriangleBatch
+from py_gpu.fixtures import mesh_fixture
+from py_gpu.raster.soft_oracle import rasterize_soft_oracle
+from helpers import float64_on, on_cpu
+from test_soft import random_scene, soft
+
+
+def _grad(alpha_fn, verts: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    v = verts.detach().clone().requires_grad_(True)
+    alpha = alpha_fn(v)
+    return alpha.detach(), torch.autograd.grad((alpha * up).sum(), v)[0]
+
+
+@pytest.mark.parametrize("clip", [False, True], ids=["screen", "clip"])
+@pytest.mark.parametrize("budget", [None, 200_000], ids=["one-tile", "tiled"])
+def test_equals_render_alpha(device, clip, budget):
+    """Bit for bit the ``alpha`` of a soft ``render`` with the same settings, and the same gradients."""
+    scene = random_scene(8, faces=9, size=(20, 24), clip=clip, batch=2, device=device)
+    s = soft(sigma=1.5, **({} if budget is None else {"memory_budget": budget}))
+    up = torch.rand(2, 20, 24, 1, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(device)
+    fast = _grad(lambda v: py_gpu.silhouette(TriangleBatch(v, scene.faces), (20, 24), settings=s), scene.vertices, up)
+    full = _grad(lambda v: py_gpu.render(TriangleBatch(v, scene.faces), (20, 24), settings=s).alpha,
+                 scene.vertices, up)
+    assert fast[0].shape == (2, 20, 24, 1) and fast[0].device.type == device.type
+    assert torch.equal(fast[0], full[0])
+    assert 0.05 < float(fast[0].mean()) < 0.95
+    assert torch.allclose(fast[1], full[1], rtol=1e-12, atol=1e-13)
+    assert fast[1].abs().max() > 1e-3
+
+
+def test_matches_the_oracle_on_a_mesh(device):
+    """Against the brute-force oracle (every face at every pixel), float64."""
+    dtype = float64_on(device)
+    batch = mesh_fixture("torus", 200, 32, 32, dtype=torch.float64)
+    s = soft(sigma=1.0, faces_per_pixel=2)
+    got = on_cpu(py_gpu.silhouette(batch.to(device, dtype), (32, 32), settings=s))
+    want = rasterize_soft_oracle(batch, (32, 32), s).alpha
+    assert torch.allclose(got, want, atol=1e-12, rtol=0)
+    assert float(got.max()) > 0.999 and float(got.min()) < 1e-6
+
+
+def test_gradcheck(device):
+    """float64 gradcheck wrt every vertex coordinate (the cutoff is tiny: no footprint boundary moves)."""
+    batch = random_scene(4, faces=3, size=(5, 6), device=device)
+    s = soft(sigma=3.0, cutoff=1e-30)
+    fn = lambda v: py_gpu.silhouette(TriangleBatch(v, batch.faces), (5, 6), settings=s)  # noqa: E731
+    torch.autograd.gradcheck(fn, (batch.vertices.detach().clone().requires_grad_(True),), eps=1e-6, atol=1e-6,
+                             rtol=1e-4)
+
+
+def test_near_plane_cut_goes_through_clipping(device):
+    """Clip-space faces behind the camera: the silhouette is render's, through its near-plane clipping."""
+    dtype = float64_on(device)
+    verts = torch.tensor([[[-0.5, -0.5, 0.5, 1.0], [0.6, -0.4, 0.5, 1.0], [0.0, 0.7, -2.0, -0.5],
+                           [-0.9, 0.2, 0.3, 1.0], [-0.2, 0.9, 0.3, 1.0], [-0.8, 0.8, 0.3, 1.0]]], dtype=dtype)
+    batch = TriangleBatch(verts.to(device), torch.tensor([[0, 1, 2], [3, 4, 5]]).to(device))
+    assert py_gpu.frontend.near_clip(batch, (16, 16)).num_clipped == 1
+    got = py_gpu.silhouette(batch, (16, 16), sigma=1.0)
+    assert torch.equal(got, py_gpu.render(batch, (16, 16), mode="soft", sigma=1.0).alpha)
+    assert float(got.max()) > 0.5
+
+
+def test_bad_input_says_what_is_wrong(device):
+    batch = random_scene(2, device=device)
+    with pytest.raises(PyGpuTypeError, match="silhouette: `batch` must be a py_gpu.TriangleBatch"):
+        py_gpu.silhouette(batch.vertices, (8, 8))
+    with pytest.raises(PyGpuValueError, match="silhouette"):
+        py_gpu.silhouette(batch, (0, 8))
+    with pytest.raises(PyGpuValueError, match="sigma"):
+        py_gpu.silhouette(batch, (8, 8), sigma=-1.0)
+    with pytest.raises(MemoryBudgetError, match="raise memory_budget"):
+        py_gpu.silhouette(batch, (8, 8), memory_budget=64)
