@@ -78,3 +78,33 @@ def test_bad_input_says_what_is_wrong(device):
         py_gpu.silhouette(batch, (8, 8), sigma=-1.0)
     with pytest.raises(MemoryBudgetError, match="raise memory_budget"):
         py_gpu.silhouette(batch, (8, 8), memory_budget=64)
+
+
+@pytest.mark.parametrize("budget", [120_000, 4_000_000], ids=["partly-kept", "all-kept"])
+def test_kept_and_recomputed_terms_give_the_same_gradients(monkeypatch, device, budget):
+    """The forward pass keeps the candidates' gradient terms block by block while they fit a
+    quarter of the budget; the backward pass evaluates the other blocks again. Either way the
+    gradients are render's."""
+    from py_gpu.raster import torch_soft
+
+    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks, so that the budget cuts between them
+    seen = []
+    original = torch_soft.FaceSelector.miss
+
+    def spy(self, tile, room=0):
+        used = original(self, tile, room)
+        seen.append([entry is None for entry in self.kept_terms.get(tile, [None])])
+        return used
+
+    monkeypatch.setattr(torch_soft.FaceSelector, "miss", spy)
+    scene = random_scene(12, faces=10, size=(24, 24), batch=1, device=device)
+    s = soft(sigma=1.5, memory_budget=budget)
+    up = torch.rand(1, 24, 24, 1, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(device)
+    fast = _grad(lambda v: py_gpu.silhouette(TriangleBatch(v, scene.faces), (24, 24), settings=s), scene.vertices, up)
+    full = _grad(lambda v: py_gpu.render(TriangleBatch(v, scene.faces), (24, 24), settings=s).alpha,
+                 scene.vertices, up)
+    assert torch.equal(fast[0], full[0])
+    assert torch.allclose(fast[1], full[1], rtol=1e-12, atol=1e-13)
+    recomputed = [flag for tile in seen for flag in tile]
+    assert not all(recomputed)
+    assert any(recomputed) == (budget == 120_000)

@@ -143,7 +143,7 @@ class _Geometry(torch.autograd.Function):
     ``T = sum m_i`` and ``l_i = E_i / area``, ``E_i`` the edge function (affine in each corner)
     of the edge opposite corner ``i`` at the point. ``area`` is a common factor of the ``m_i``,
     so ``c`` does not depend on it: only the ``E_i`` carry gradients. ``dist = +-d2`` as in
-    :func:`_log_miss_grad` (nearest edge ``a -> b``: ``d d2/da = -2 (1 - t) r``,
+    :func:`_miss_terms` (nearest edge ``a -> b``: ``d d2/da = -2 (1 - t) r``,
     ``d d2/db = -2 t r``)."""
 
     @staticmethod
@@ -451,6 +451,7 @@ class FaceSelector:
         self.screen, self.faces, self.size, self.settings, self.plan = screen, faces, size, settings, plan
         self._element: tuple[int, tuple] | None = None
         self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
+        self.kept_terms: dict = {}  # tile -> its candidates' gradient terms (see miss)
 
     def release(self) -> None:
         """Drop the cached face table."""
@@ -532,25 +533,39 @@ class FaceSelector:
         return best_face.view(rows, width, K)
 
     @torch.no_grad()
-    def miss(self, tile: Tile) -> None:
+    def miss(self, tile: Tile, room: int = 0) -> int:
         """The silhouette's ``sum log(1 - D)`` over the tile's candidates alone, without selecting
         faces (steps 1-2, and of step 3 only the sum; the same values as :meth:`__call__`'s, bit
-        for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`."""
+        for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`.
+
+        The gradient terms (:func:`_miss_terms`) of the candidates, block by block while they fit
+        ``room`` bytes, are kept too, for the backward pass (``kept_terms[tile]``: one entry per
+        block, None for a block it evaluates again). Returns the bytes kept."""
         b, row0, row1, col0, col1 = tile
         s, dtype = self.settings, self.screen.dtype
         width = col1 - col0
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
+        kept, used, per_term = [], 0, _term_bytes(dtype)
         for tri, face, row, c0, span_w, n in self.spans(tile):
             face_n, row_n, col = _candidates(face, row, c0, span_w, n)
             for i in range(0, n, _BLOCK):
                 part = slice(i, i + _BLOCK)
                 f, r, c = face_n[part], row_n[part], col[part]
-                dist = soft_geometry(_corners(tri, f), c.to(dtype) + 0.5, r.to(dtype) + 0.5, dist_only=True)
+                pix = (r - row0) * width + (c - col0)
+                if used + f.numel() * per_term <= room:
+                    dist, edge, grad = _miss_terms(tri, f, c, r, s.sigma, reach)
+                    kept.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+                    used += f.numel() * per_term
+                else:
+                    dist = _miss_terms(tri, f, c, r, s.sigma, reach, dist_only=True)
+                    kept.append(None)
                 hit = torch.nonzero(dist >= reach).squeeze(1)
-                pix = ((r - row0) * width + (c - col0)).index_select(0, hit)
-                log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
+                log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
         self._keep_miss(tile, log_miss)
+        if used:
+            self.kept_terms[tile] = kept
+        return used
 
     def _keep_miss(self, tile: Tile, log_miss: torch.Tensor) -> None:
         b, row0, row1, col0, col1 = tile
@@ -637,8 +652,9 @@ def _reach_columns(lines: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1:
 
 class _LogMiss(torch.autograd.Function):
     """``sum log(1 - D)`` per pixel of a tile over all its candidates: the forward value is given
-    (computed by the selection); the backward pass evaluates the candidates again chunk by chunk,
-    with the analytic gradient of :func:`_log_miss_grad`, so nothing per candidate is kept."""
+    (computed by the selection); the backward pass applies the closed-form derivative of
+    :func:`_miss_terms`, from the terms the forward pass kept for the tile
+    (:meth:`FaceSelector.miss` with ``keep``) or evaluating the candidates again, chunk by chunk."""
 
     @staticmethod
     def forward(ctx, screen, value, selector, tile):
@@ -655,34 +671,49 @@ class _LogMiss(torch.autograd.Function):
         width = c1 - c0
         g = grad.reshape(-1)
         faces, s = sel.faces, sel.settings
-        per_face = torch.zeros(faces.shape[0], 12, dtype=screen.dtype, device=screen.device)
+        per_edge = torch.zeros(4, faces.shape[0] * 3, dtype=screen.dtype, device=screen.device)
+
+        def add(pix, edge, terms):  # four 1D index_add_ (measured faster than one of [n, 4] rows)
+            terms = terms * g.index_select(0, pix)
+            for k in range(4):
+                per_edge[k].index_add_(0, edge, terms[k])
+
         with torch.no_grad():
-            for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
-                face_n, row_n, col = _candidates(face, row, col0, span_w, n)
-                weight = g.index_select(0, (row_n - r0) * width + (col - c0))
-                for i in range(0, n, _BLOCK):
-                    part = slice(i, i + _BLOCK)
-                    xy = _log_miss_grad(tri, face_n[part], col[part], row_n[part], weight[part], s.sigma,
-                                        -(s.blur_radius ** 2))
-                    per_face.index_add_(0, face_n[part], xy)
+            kept = sel.kept_terms.pop(ctx.tile, [])
+            for terms in kept:  # the blocks the forward pass kept
+                if terms is not None:
+                    add(*terms)
+            if not kept or None in kept:  # the others: evaluated again, block by block (in the same order)
+                block = 0
+                for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
+                    face_n, row_n, col = _candidates(face, row, col0, span_w, n)
+                    pix = (row_n - r0) * width + (col - c0)
+                    for i in range(0, n, _BLOCK):
+                        if not kept or kept[block] is None:
+                            part = slice(i, i + _BLOCK)
+                            _, edge, terms = _miss_terms(tri, face_n[part], col[part], row_n[part], s.sigma,
+                                                         -(s.blur_radius ** 2))
+                            add(pix[part], edge, terms)
+                        block += 1
             total = torch.zeros_like(screen)
-            total[:, :2] = _edge_parts_to_vertices(per_face, faces, screen.shape[0])
+            total[:, :2] = _edge_parts_to_vertices(per_edge.t().reshape(-1, 12), faces, screen.shape[0])
         return total, None, None, None
 
 
-def _log_miss_grad(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor,
-                   weight: torch.Tensor, sigma: float, reach: float) -> torch.Tensor:
-    """float ``[n, 12]``: ``weight * d log(1 - D) / d (corner)`` of candidates ``(face, row, col)``
-    (``[n]`` each; corners from the table ``[9, F]``, see :func:`_corners`), zero for those outside
-    the reach (``dist < reach``), as ``(ax, ay, bx, by)`` for edges 0, 1 and 2: the parts of the
-    edge's first corner ``a = j`` and of its second ``b = j + 1`` (:func:`_edge_parts_to_vertices`).
+def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor, sigma: float,
+                reach: float, dist_only: bool = False):
+    """The silhouette's terms of candidates ``(face, row, col)`` (``[n]`` each; corners from the
+    table ``[9, F]``, see :func:`_corners`): ``dist`` (float ``[n]``, the one :func:`soft_geometry`
+    computes, operation for operation, so the reach test agrees with the selection's bit for bit),
+    the nearest edge ``3 * face + j`` (int64 ``[n]``; edge j runs from corner j to corner j + 1)
+    and ``d log(1 - D) / d (a, b)`` for its corners (float ``[4, n]``: ``ax, ay, bx, by``), zero
+    for candidates outside the reach (``dist < reach``).
 
     ``log(1 - D) = logsigmoid(-dist / sigma)``, so its derivative is ``-D / sigma`` times that of
     ``dist = +-d2``, the squared distance to the nearest edge ``a -> b``: at the nearest point
     ``a + t (b - a)`` (``r`` from it to the pixel) ``d d2 / d a = -2 (1 - t) r`` and
     ``d d2 / d b = -2 t r`` (the derivative through ``t`` vanishes: ``r`` is normal to the edge, or
-    ``t`` is clamped). The distance is the one :func:`soft_geometry` computes, operation for
-    operation, so the reach test agrees with the selection's bit for bit."""
+    ``t`` is clamped). With ``dist_only``, only ``dist``."""
     dtype = table.dtype
     px, py = col.to(dtype).add_(0.5), row.to(dtype).add_(0.5)
     corners = table[_EDGE_ROWS].index_select(1, face)  # [12, n]: x_a, x_b, y_a, y_b of edges 0-2
@@ -698,16 +729,18 @@ def _log_miss_grad(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, r
     d2 = (rx * rx).add_(ry * ry)  # [3, n]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
     dist = torch.where(inside, near, -near)
-    # coefficient of d d2 / d (corner): 2 * weight * D / sigma * sign(dist), on the nearest edge only
-    coef = torch.sigmoid(dist / sigma).mul_(weight).mul_(2.0 / sigma)
+    if dist_only:
+        return dist
+    # 2 * D / sigma * sign(dist): the coefficient of d d2 / d (corner)
+    coef = torch.sigmoid(dist / sigma).mul_(2.0 / sigma)
     coef = torch.where(dist >= reach, torch.where(inside, coef, -coef), 0.0)
     first = d2[0] == near  # the nearest edge, the first of equal ones (their corner terms agree)
     second = (d2[1] == near) & ~first
-    q = torch.stack((torch.where(first, coef, 0.0), torch.where(second, coef, 0.0),
-                     torch.where(first | second, 0.0, coef)))  # [3, n]
-    u = q * t  # b's share; a's is q - u
-    q.sub_(u)
-    return torch.stack((q * rx, q * ry, u * rx, u * ry), dim=1).view(12, -1).t()
+    t, rx, ry = (torch.where(first, v[0], torch.where(second, v[1], v[2])) for v in (t, rx, ry))
+    b_share = coef * t
+    a_share = coef - b_share
+    edge = torch.where(first, 0, torch.where(second, 1, 2)).add_(face * 3)
+    return dist, edge, torch.stack((a_share * rx, a_share * ry, b_share * rx, b_share * ry))
 
 
 #: Rows of the corner table (``[9, F]``: x0, y0, z0, x1, ...) for edges ``j -> j + 1``, j = 0, 1, 2:
@@ -717,7 +750,7 @@ _EDGE_ROWS = [0, 3, 6, 3, 6, 0, 1, 4, 7, 4, 7, 1]
 
 def _edge_parts_to_vertices(per_face: torch.Tensor, faces: torch.Tensor, vertices: int) -> torch.Tensor:
     """float ``[V, 2]``: the x, y gradients of the vertices from each face's summed edge parts
-    (``[F, 12]``, see :func:`_log_miss_grad`)."""
+    (``[F, 12]``: ``ax, ay, bx, by`` of edges 0, 1, 2, see :func:`_miss_terms`)."""
     parts = per_face.view(-1, 3, 4)  # [F, edge, (ax, ay, bx, by)]
     corner = parts[..., :2] + parts[..., 2:].roll(1, dims=1)  # [F, corner, 2]: a of edge c, b of edge c - 1
     out = torch.zeros(vertices, 2, dtype=per_face.dtype, device=per_face.device)
@@ -876,6 +909,11 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     )
 
 
+def _term_bytes(dtype: torch.dtype) -> int:
+    """Bytes of one candidate's kept gradient terms (int64 pixel and edge, four floats)."""
+    return 16 + 4 * _item(dtype)
+
+
 def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> torch.Tensor:
     """float ``[B, H, W, 1]``: the soft silhouette ``1 - prod (1 - D)`` over every face whose
     footprint reaches each pixel, of a drawable ``batch`` (screen space, or clip space with every
@@ -883,8 +921,9 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
 
     The same values as ``alpha`` of a soft :func:`py_gpu.render` (bit for bit), without selecting
     the K nearest faces, interpolating or blending: per tile, steps 1-2 and the sum of step 3
-    (:meth:`FaceSelector.miss`); the backward pass is :class:`_LogMiss`'s. What autograd keeps is
-    the silhouette itself (one float per pixel) besides the inputs.
+    (:meth:`FaceSelector.miss`); the backward pass is :class:`_LogMiss`'s. When the vertices need
+    gradients, the candidates' gradient terms are kept for it while they fit ``1 / KEEP_SHARE`` of
+    the budget (the tiles work in the rest); the later candidates' are evaluated again.
 
     Raises:
         MemoryBudgetError: the budget cannot hold the work of one pixel and the face table.
@@ -892,15 +931,17 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
     height, width = size
     B, dtype = batch.batch_size, batch.dtype
     item = _item(dtype)
-    plan = plan_tiles("silhouette", batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=1,
-                      dtype=dtype, budget=settings.memory_budget, slot_bytes=4 * item,
-                      returned=B * height * width * item)
     screen = batch.screen_vertices((height, width))  # [B, V, 3], differentiable
+    grads = torch.is_grad_enabled() and screen.requires_grad
+    room = settings.memory_budget // KEEP_SHARE if grads else 0
+    plan = plan_tiles("silhouette", batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=1,
+                      dtype=dtype, budget=settings.memory_budget - room, slot_bytes=4 * item,
+                      returned=B * height * width * item)
     select = FaceSelector(screen.detach(), batch.faces, (height, width), settings, plan)
     alpha = torch.empty(B, height, width, 1, dtype=dtype, device=batch.device)
     for tile in plan.tiles:
         b, r0, r1, c0, c1 = tile
-        select.miss(tile)
+        room -= select.miss(tile, room)
         alpha[b, r0:r1, c0:c1, 0] = 1.0 - torch.exp(select.log_miss(tile, screen[b]))
     select.release()
     return alpha
