@@ -78,6 +78,9 @@ def test_bad_input_says_what_is_wrong(device):
         py_gpu.silhouette(batch, (8, 8), sigma=-1.0)
     with pytest.raises(MemoryBudgetError, match="raise memory_budget"):
         py_gpu.silhouette(batch, (8, 8), memory_budget=64)
+    leaf = TriangleBatch(batch.vertices.detach().clone().requires_grad_(True), batch.faces)
+    with pytest.raises(MemoryBudgetError, match="memory_budget=64 bytes"):  # the budget given, not a part of it
+        py_gpu.silhouette(leaf, (8, 8), memory_budget=64)
 
 
 @pytest.mark.parametrize("budget", [120_000, 4_000_000], ids=["partly-kept", "all-kept"])

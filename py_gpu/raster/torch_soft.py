@@ -932,11 +932,18 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
     B, dtype = batch.batch_size, batch.dtype
     item = _item(dtype)
     screen = batch.screen_vertices((height, width))  # [B, V, 3], differentiable
-    grads = torch.is_grad_enabled() and screen.requires_grad
-    room = settings.memory_budget // KEEP_SHARE if grads else 0
-    plan = plan_tiles("silhouette", batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=1,
-                      dtype=dtype, budget=settings.memory_budget - room, slot_bytes=4 * item,
-                      returned=B * height * width * item)
+
+    def plan_for(budget: int) -> SoftPlan:
+        return plan_tiles("silhouette", batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=1,
+                          dtype=dtype, budget=budget, slot_bytes=4 * item, returned=B * height * width * item)
+
+    plan, room = plan_for(settings.memory_budget), 0  # raises, naming the budget given, when it cannot do
+    if torch.is_grad_enabled() and screen.requires_grad:  # a quarter for the kept gradient terms, if the rest does
+        try:
+            plan, room = plan_for(settings.memory_budget - settings.memory_budget // KEEP_SHARE), \
+                settings.memory_budget // KEEP_SHARE
+        except MemoryBudgetError:
+            pass
     select = FaceSelector(screen.detach(), batch.faces, (height, width), settings, plan)
     alpha = torch.empty(B, height, width, 1, dtype=dtype, device=batch.device)
     for tile in plan.tiles:
