@@ -71,7 +71,7 @@ def render(rotation: torch.Tensor, size: int, estimator: str, faces, colors, pos
 def image_loss(rotation, want, size: int, estimator: str, level: float, kw, cache: dict | None = None) -> torch.Tensor:
     """Per-image loss float ``[B]`` at schedule position ``level`` (1: coarsest, 0: finest).
 
-    ``soft``: squared difference of ``[image * alpha, alpha]``, both rendered at the edge width
+    ``soft``: squared difference of ``[image, alpha]`` (the image composited over black), both at the edge width
     ``sigma = 0.5 * 32**level`` px^2 (``want`` is then the target rotations ``[T, 3, 3]``, ``B``
     a multiple of ``T``, rendered here; ``cache`` keeps the last such target image);
     ``antialias``: squared difference of the antialiased ``[color, coverage]`` images blurred by a
