@@ -721,7 +721,7 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     ex, ey, dx, dy = xb - xa, yb - ya, px - xa, py - ya
     area = ex[0] * (ya[2] - ya[0]) - ey[0] * (xa[2] - xa[0])
     area = torch.where(area != 0, area, torch.ones_like(area))
-    cross = (ex * dy).sub_(ey * dx).div_(area)  # soft_geometry's l1, l2, l0
+    cross = (ex * dy).sub_(ey * dx).div_(area)  # soft_geometry's l2, l0, l1 (edge j is opposite corner j + 2)
     inside = (cross[0] >= 0) & (cross[1] >= 0) & (cross[2] >= 0)
     ee = (ex * ex).add_(ey * ey)
     t = (dx * ex).add_(dy * ey).div_(torch.where(ee > 0, ee, torch.ones_like(ee))).clamp_(0.0, 1.0)
