@@ -39,6 +39,7 @@ CASES = {
     "torus200k-512-K50-default": ("render", "torus", 200_000, 512, 50, 1, DEFAULT),
     "torus200k-512-K50-64MiB": ("render", "torus", 200_000, 512, 50, 1, 64 * MIB),
     "torus200k-512-K50-64MiB-fragments": ("rasterize", "torus", 200_000, 512, 50, 1, 64 * MIB),
+    "torus200k-512-silhouette-64MiB": ("silhouette", "torus", 200_000, 512, 1, 1, 64 * MIB),
     "ico20k-512-B16-default": ("render", "icosphere", 20_000, 512, 8, 16, DEFAULT),
     "ico20k-512-B16-16MiB": ("render", "icosphere", 20_000, 512, 8, 16, 16 * MIB),
 }
@@ -83,6 +84,9 @@ def _call(entry: str, batch, side: int, K: int, budget: int):
     """Forward: the call's outputs (what backward starts from) and every tensor it returns."""
     import py_gpu
 
+    if entry == "silhouette":
+        alpha = py_gpu.silhouette(batch, (side, side), memory_budget=budget)
+        return [alpha], [alpha]
     if entry == "render":
         frame = py_gpu.render(batch, (side, side), mode="soft", faces_per_pixel=K, memory_budget=budget)
         return [frame.image, frame.alpha], [frame.image, frame.alpha, frame.depth, frame.face_index]
@@ -104,7 +108,7 @@ def child(name: str) -> dict:
     entry, kind, faces, side, K, B, budget = CASES[name]
     batch, leaves = _inputs(kind, faces, side, B)
     # the upstream gradients are inputs, built before the baseline: their size is known from the call
-    shapes = {"render": [(B, side, side, 3), (B, side, side, 1)],
+    shapes = {"render": [(B, side, side, 3), (B, side, side, 1)], "silhouette": [(B, side, side, 1)],
               "rasterize": [(B, side, side, K, 3), (B, side, side, K)]}[entry]
     upstream = _upstream([torch.empty(s) for s in shapes])
     # first use: the same call on a tiny scene
@@ -164,14 +168,16 @@ def markdown(results: list[dict], machine: str) -> str:
         "",
         f"Written by `python benchmarks/soft_memory.py` on {datetime.date.today().isoformat()}. {machine}",
         "",
-        "Soft mode (`py_gpu.render(..., mode=\"soft\")` and `py_gpu.rasterize(..., mode=\"soft\")`, torch CPU, "
+        "Soft mode (`py_gpu.render(..., mode=\"soft\")`, `py_gpu.rasterize(..., mode=\"soft\")` and "
+        "`py_gpu.silhouette`, torch CPU, "
         "float32, sigma = 1 px^2) works in tiles of pixels that fit `memory_budget` (see docs/soft-mode.md). "
         "Each row is one forward and backward pass in a fresh process, with `torch.set_num_threads(1)`.",
         "",
         "- **peak RSS rise**: `VmHWM` after forward + backward minus `VmRSS` before it, from `/proc/self/status`, "
         "after imports, after building the inputs (mesh, leaves, upstream gradients) and after one call of the same "
         "entry point on a tiny scene; the peak mark is reset first (`/proc/self/clear_refs`).",
-        "- **returned**: what the call hands back (the `Frame`, or the `Fragments` for `rasterize`) plus the input "
+        "- **returned**: what the call hands back (the `Frame`, the `Fragments` for `rasterize`, the alpha for "
+        "`silhouette`) plus the input "
         "gradients backward writes. These are allowed on top of the budget.",
         "- **limit**: `(budget + returned) * 1.25`, the target.",
         "- **first use**: the rise of that first tiny call (library code and allocator arenas touched once per "

@@ -481,7 +481,9 @@ class FaceSelector:
         r0 = torch.ceil(lo[:, 1] - 0.5).clamp(min=0).long()
         r1 = torch.floor(hi[:, 1] - 0.5).clamp(max=height - 1).long()
         live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids, ascending
-        lines = _reach_lines(tri.index_select(0, live), radius)
+        lines = torch.empty(live.numel(), 3, 3, dtype=torch.float64, device=verts.device)
+        for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
+            lines[i:i + _LINE_BLOCK] = _reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius)
         corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
         return corners, live, r0[live], r1[live], c0[live], c1[live], lines
 
@@ -671,12 +673,16 @@ class _LogMiss(torch.autograd.Function):
         width = c1 - c0
         g = grad.reshape(-1)
         faces, s = sel.faces, sel.settings
-        per_edge = torch.zeros(4, faces.shape[0] * 3, dtype=screen.dtype, device=screen.device)
+        flat = faces.reshape(-1)  # corner c of face f is vertex flat[3 f + c]; edge 3 f + j runs from corner j
+        after = torch.tensor([1, 1, -2], device=flat.device)  # from an edge's first corner to its second
+        xy = torch.zeros(2, screen.shape[0], dtype=screen.dtype, device=screen.device)  # [x, y] of each vertex
 
-        def add(pix, edge, terms):  # four 1D index_add_ (measured faster than one of [n, 4] rows)
+        def add(pix, edge, terms):  # 1D index_add_ into the vertices (measured faster than rows of [n, 4])
             terms = terms * g.index_select(0, pix)
-            for k in range(4):
-                per_edge[k].index_add_(0, edge, terms[k])
+            a = flat.index_select(0, edge)
+            b = flat.index_select(0, edge + after.index_select(0, edge % 3))
+            for k, vertex in enumerate((a, a, b, b)):
+                xy[k % 2].index_add_(0, vertex, terms[k])
 
         with torch.no_grad():
             kept = sel.kept_terms.pop(ctx.tile, [])
@@ -696,7 +702,7 @@ class _LogMiss(torch.autograd.Function):
                             add(pix[part], edge, terms)
                         block += 1
             total = torch.zeros_like(screen)
-            total[:, :2] = _edge_parts_to_vertices(per_edge.t().reshape(-1, 12), faces, screen.shape[0])
+            total[:, :2] = xy.t()
         return total, None, None, None
 
 
@@ -748,19 +754,12 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
 _EDGE_ROWS = [0, 3, 6, 3, 6, 0, 1, 4, 7, 4, 7, 1]
 
 
-def _edge_parts_to_vertices(per_face: torch.Tensor, faces: torch.Tensor, vertices: int) -> torch.Tensor:
-    """float ``[V, 2]``: the x, y gradients of the vertices from each face's summed edge parts
-    (``[F, 12]``: ``ax, ay, bx, by`` of edges 0, 1, 2, see :func:`_miss_terms`)."""
-    parts = per_face.view(-1, 3, 4)  # [F, edge, (ax, ay, bx, by)]
-    corner = parts[..., :2] + parts[..., 2:].roll(1, dims=1)  # [F, corner, 2]: a of edge c, b of edge c - 1
-    out = torch.zeros(vertices, 2, dtype=per_face.dtype, device=per_face.device)
-    return out.index_add_(0, faces.reshape(-1), corner.reshape(-1, 2))
-
-
 #: Candidates evaluated together in the per-candidate arithmetic of steps 2-3 and of the
 #: silhouette's backward pass: its few dozen float temporaries of this length stay in the CPU's
 #: cache (about 1.5x faster than streaming whole chunks through memory, measured at 1 thread).
 _BLOCK = 16384
+#: Faces whose reach lines (:func:`_reach_lines`) are computed together while a face table is built.
+_LINE_BLOCK = 16384
 
 
 def _candidates(face, row, col0, span_w, n: int):
@@ -945,12 +944,13 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
         except MemoryBudgetError:
             pass
     select = FaceSelector(screen.detach(), batch.faces, (height, width), settings, plan)
+    for tile in plan.tiles:  # every tile's sum first: no autograd state is made between the temporaries
+        room -= select.miss(tile, room)
+    select.release()
     alpha = torch.empty(B, height, width, 1, dtype=dtype, device=batch.device)
     for tile in plan.tiles:
         b, r0, r1, c0, c1 = tile
-        room -= select.miss(tile, room)
         alpha[b, r0:r1, c0:c1, 0] = 1.0 - torch.exp(select.log_miss(tile, screen[b]))
-    select.release()
     return alpha
 
 
