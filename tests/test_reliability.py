@@ -193,6 +193,7 @@ def test_faces_behind_the_camera_every_backend_agrees(batch):
         assert bool(torch.isfinite(soft.image).all())
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no float32 overflow casting vertices no face uses
 @settings(deadline=None, max_examples=25)
 @given(batch=behind_batches())
 def test_faces_behind_the_camera_gl_coverage_is_exact(gl_available, batch):

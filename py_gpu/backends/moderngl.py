@@ -67,6 +67,7 @@ log = logging.getLogger("py_gpu")
 MAX_CACHED_SIZES = 4
 #: Depth is mapped to NDC ``[-1 + margin, 1 - margin]``: never on the near or far plane.
 _DEPTH_MARGIN = 2.0**-10
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: Largest number of color channels GL renders directly (one RGBA attachment).
 _MAX_GL_CHANNELS = 4
 #: Framebuffer pixels left free left of and below the image: one llvmpipe tile (see ``_Target``).
@@ -802,7 +803,9 @@ class ModernGLBackend(Backend):
         w = batch.vertices[b, :, 3].detach().to("cpu", torch.float64).numpy() if batch.is_clip_space else 1.0
         per_vertex[:, 0] = x_ndc * w
         per_vertex[:, 1] = y_ndc * w
-        per_vertex[:, 2] = z_ndc * w
+        # a vertex no face uses may lie far outside the used depth range (behind the camera, say):
+        # clamped to float32's range, it is never drawn and casts without overflow
+        per_vertex[:, 2] = np.clip(z_ndc * w, -_FLOAT32_MAX, _FLOAT32_MAX)
         per_vertex[:, 3] = w
         per_vertex[:, 4] = depth  # interpolated without perspective: screen depth is affine on screen
         if color_mode == "vertex":
