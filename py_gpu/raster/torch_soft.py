@@ -655,8 +655,8 @@ def _reach_columns(lines: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1:
 class _LogMiss(torch.autograd.Function):
     """``sum log(1 - D)`` per pixel of a tile over all its candidates: the forward value is given
     (computed by the selection); the backward pass applies the closed-form derivative of
-    :func:`_miss_terms`, from the terms the forward pass kept for the tile
-    (:meth:`FaceSelector.miss` with ``keep``) or evaluating the candidates again, chunk by chunk."""
+    :func:`_miss_terms`, to the terms the forward pass kept for the tile (:meth:`FaceSelector.miss`
+    with ``room``) and to the candidates it did not keep, evaluated again block by block."""
 
     @staticmethod
     def forward(ctx, screen, value, selector, tile):
@@ -674,13 +674,12 @@ class _LogMiss(torch.autograd.Function):
         g = grad.reshape(-1)
         faces, s = sel.faces, sel.settings
         flat = faces.reshape(-1)  # corner c of face f is vertex flat[3 f + c]; edge 3 f + j runs from corner j
-        after = torch.tensor([1, 1, -2], device=flat.device)  # from an edge's first corner to its second
         xy = torch.zeros(2, screen.shape[0], dtype=screen.dtype, device=screen.device)  # [x, y] of each vertex
 
         def add(pix, edge, terms):  # 1D index_add_ into the vertices (measured faster than rows of [n, 4])
             terms = terms * g.index_select(0, pix)
             a = flat.index_select(0, edge)
-            b = flat.index_select(0, edge + after.index_select(0, edge % 3))
+            b = flat.index_select(0, edge + 1 - 3 * (edge % 3 == 2))  # the edge's second corner, j + 1 mod 3
             for k, vertex in enumerate((a, a, b, b)):
                 xy[k % 2].index_add_(0, vertex, terms[k])
 

@@ -12,6 +12,7 @@ at a time again.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -169,25 +170,22 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
         if wanted is not None and not (wanted[0] or wanted[2]):  # a gradient on the silhouette alone
             return None, alpha, None, None
-        rows, cols, _ = fi.shape
+        rows, cols, K = fi.shape
         hit = torch.nonzero(fi[..., 0].reshape(-1) >= 0).squeeze(1)  # pixels some face reaches
-        if hit.numel() > _COMPACT_SHARE * rows * cols:
-            part = gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3]))
-            part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary, alpha)
-            return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
-                               blend_settings, zr[None])
-        # only the reached pixels, as a [1, P, 1, K] tile; the others are background
-        centers = (hit // cols + t[1], hit % cols + t[3])
-        part = gather_tile(scr, wb, faces, _occupied(fi.view(-1, 1, fi.shape[-1]).index_select(0, hit)), (0, 0),
-                           centers)
-        part = Fragments(part.face_index, part.bary, part.depth, part.dist, part.screen_bary,
-                         alpha.view(-1, 1).index_select(0, hit).view(1, -1, 1, 1))
+        compact = hit.numel() <= _COMPACT_SHARE * rows * cols
+        if compact:  # only the reached pixels, as a [1, P, 1, K] tile; the others are background
+            fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
+            part = gather_tile(scr, wb, faces, _occupied(fi), (0, 0), (hit // cols + t[1], hit % cols + t[3]))
+            part = dataclasses.replace(part, alpha=part_alpha.view(1, -1, 1, 1))
+        else:
+            part = dataclasses.replace(gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3])), alpha=alpha)
         image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background,
                                             settings, blend_settings, zr[None])
-        return (_expand(image.view(-1, image.shape[-1]), hit, rows, cols, background_tensor(
-                    background, image.shape[-1], image.dtype, image.device)),
-                alpha, _expand(depth.view(-1), hit, rows, cols, math.inf),
-                _expand(face.view(-1), hit, rows, cols, -1))
+        if not compact:
+            return image, alpha, depth, face
+        bg = background_tensor(background, image.shape[-1], image.dtype, image.device)
+        return (_expand(image.view(-1, image.shape[-1]), hit, rows, cols, bg), alpha,
+                _expand(depth.view(-1), hit, rows, cols, math.inf), _expand(face.view(-1), hit, rows, cols, -1))
 
     loop = TileLoop(plan, select, tile, _frame_outputs(B, H, W, C, dtype, batch.device), partial=True)
     image, alpha, depth, face = loop(screen, w, batch.vertex_colors, batch.face_colors, zrange)
