@@ -111,3 +111,45 @@ def test_kept_and_recomputed_terms_give_the_same_gradients(monkeypatch, device, 
     recomputed = [flag for tile in seen for flag in tile]
     assert not all(recomputed)
     assert any(recomputed) == (budget == 120_000)
+
+
+@pytest.mark.parametrize("share", [4, 500], ids=["all-kept", "partly-kept"])
+def test_render_keeps_the_silhouette_terms_it_can(monkeypatch, device, share):
+    """A soft ``render`` whose vertices need gradients keeps its candidates' silhouette gradient
+    terms while they fit ``1 / TERMS_SHARE`` of the budget; the gradients of image and alpha are
+    those of a render that keeps none and evaluates them all again in the backward pass."""
+    from py_gpu.raster import torch_soft
+
+    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks, so that the room cuts between them
+    seen = []
+    original = torch_soft.FaceSelector.__call__
+
+    def spy(self, tile):
+        result = original(self, tile)
+        seen.append([entry is None for entry in self.kept_terms.get(tile, [None])])
+        return result
+
+    monkeypatch.setattr(torch_soft.FaceSelector, "__call__", spy)
+    scene = random_scene(13, faces=10, size=(24, 24), batch=1, device=device)
+    s = soft(sigma=1.5, memory_budget=4_000_000)
+    g = torch.Generator().manual_seed(3)
+    up_rgb = torch.rand(1, 24, 24, 3, generator=g, dtype=torch.float64).to(device)
+    up_alpha = torch.rand(1, 24, 24, 1, generator=g, dtype=torch.float64).to(device)
+
+    def gradient(terms_share):
+        monkeypatch.setattr(torch_soft, "TERMS_SHARE", terms_share)
+        v = scene.vertices.detach().clone().requires_grad_(True)
+        frame = py_gpu.render(TriangleBatch(v, scene.faces, vertex_colors=scene.vertex_colors), (24, 24), settings=s)
+        loss = (frame.image * up_rgb).sum() + (frame.alpha * up_alpha).sum()
+        return frame.image.detach(), torch.autograd.grad(loss, v)[0]
+
+    seen.clear()
+    kept = gradient(share)
+    recomputed = [flag for tile in seen for flag in tile]
+    seen.clear()
+    none = gradient(10**12)  # no room: every block is evaluated again
+    assert all(flag for tile in seen for flag in tile)
+    assert not all(recomputed) and any(recomputed) == (share == 500)
+    assert torch.equal(kept[0], none[0])
+    assert torch.allclose(kept[1], none[1], rtol=1e-12, atol=1e-13)
+    assert kept[1].abs().max() > 1e-3

@@ -63,7 +63,7 @@ from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
-           "FaceSelector", "TileLoop", "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
+           "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -220,6 +220,9 @@ def _face_bytes(dtype: torch.dtype) -> int:
 #: The selected face indices are kept for the backward pass when they take at most
 #: ``1 / KEEP_SHARE`` of the budget; otherwise the backward pass selects them again.
 KEEP_SHARE = 4
+#: When the vertices need gradients, the candidates' silhouette gradient terms are kept for the
+#: backward pass in ``1 / TERMS_SHARE`` of the budget (the tiles work in the rest).
+TERMS_SHARE = 4
 #: Bytes per ``(face, row)`` span of a group of spans in step 1: face, row, first and last
 #: column, width, the span's float64 reach lines (``[3, 3]``) and the temporaries that cut the
 #: span to them, and the list of candidate counts.
@@ -436,7 +439,9 @@ class FaceSelector:
     ``selector((b, r0, r1, c0, c1))`` returns int64 ``[r1 - r0, c1 - c0, K]`` face indices (-1
     padded) for the pixels ``r0 <= row < r1``, ``c0 <= col < c1`` of batch element ``b``. One
     element's face table is built when its first tile comes and kept until another element's
-    tile comes (tiles come element by element).
+    tile comes (tiles come element by element). While ``room`` (bytes, 0 by default) lasts, the
+    first selection of a tile also keeps its candidates' silhouette gradient terms for
+    :class:`_LogMiss`'s backward pass (``kept_terms``, as :meth:`miss` does).
 
     Args:
         screen: float ``[B, V, 3]`` detached screen-space vertices.
@@ -452,6 +457,7 @@ class FaceSelector:
         self._element: tuple[int, tuple] | None = None
         self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
         self.kept_terms: dict = {}  # tile -> its candidates' gradient terms (see miss)
+        self.room = 0  # bytes left for kept gradient terms
 
     def release(self) -> None:
         """Drop the cached face table."""
@@ -528,10 +534,14 @@ class FaceSelector:
         best_depth = torch.full((rows * width, K), math.inf, dtype=self.screen.dtype, device=device)
         log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
+        terms = _Terms(self.room) if self.room > 0 and tile not in self.kept_terms else None
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
-                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0)
+                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms)
         self._keep_miss(tile, log_miss)
+        if terms is not None and terms.used:
+            self.kept_terms[tile] = terms.blocks
+            self.room -= terms.used
         return best_face.view(rows, width, K)
 
     @torch.no_grad()
@@ -548,26 +558,20 @@ class FaceSelector:
         width = col1 - col0
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
-        kept, used, per_term = [], 0, _term_bytes(dtype)
+        terms = _Terms(room)
         for tri, face, row, c0, span_w, n in self.spans(tile):
             face_n, row_n, col = _candidates(face, row, c0, span_w, n)
             for i in range(0, n, _BLOCK):
                 part = slice(i, i + _BLOCK)
                 f, r, c = face_n[part], row_n[part], col[part]
                 pix = (r - row0) * width + (c - col0)
-                if used + f.numel() * per_term <= room:
-                    dist, edge, grad = _miss_terms(tri, f, c, r, s.sigma, reach)
-                    kept.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
-                    used += f.numel() * per_term
-                else:
-                    dist = _miss_terms(tri, f, c, r, s.sigma, reach, dist_only=True)
-                    kept.append(None)
+                dist = terms.evaluate(tri, f, c, r, pix, s.sigma, reach)[0]
                 hit = torch.nonzero(dist >= reach).squeeze(1)
                 log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
         self._keep_miss(tile, log_miss)
-        if used:
-            self.kept_terms[tile] = kept
-        return used
+        if terms.used:
+            self.kept_terms[tile] = terms.blocks
+        return terms.used
 
     def _keep_miss(self, tile: Tile, log_miss: torch.Tensor) -> None:
         b, row0, row1, col0, col1 = tile
@@ -706,7 +710,7 @@ class _LogMiss(torch.autograd.Function):
 
 
 def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor, sigma: float,
-                reach: float, dist_only: bool = False):
+                reach: float, dist_only: bool = False, depth: bool = False):
     """The silhouette's terms of candidates ``(face, row, col)`` (``[n]`` each; corners from the
     table ``[9, F]``, see :func:`_corners`): ``dist`` (float ``[n]``, the one :func:`soft_geometry`
     computes, operation for operation, so the reach test agrees with the selection's bit for bit),
@@ -718,7 +722,9 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     ``dist = +-d2``, the squared distance to the nearest edge ``a -> b``: at the nearest point
     ``a + t (b - a)`` (``r`` from it to the pixel) ``d d2 / d a = -2 (1 - t) r`` and
     ``d d2 / d b = -2 t r`` (the derivative through ``t`` vanishes: ``r`` is normal to the edge, or
-    ``t`` is clamped). With ``dist_only``, only ``dist``."""
+    ``t`` is clamped). With ``dist_only``, only ``dist``. With ``depth``, the depth follows
+    ``dist`` (float ``[n]``, :func:`soft_geometry`'s, operation for operation: the selection ranks
+    by it)."""
     dtype = table.dtype
     px, py = col.to(dtype).add_(0.5), row.to(dtype).add_(0.5)
     corners = table[_EDGE_ROWS].index_select(1, face)  # [12, n]: x_a, x_b, y_a, y_b of edges 0-2
@@ -734,8 +740,9 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     d2 = (rx * rx).add_(ry * ry)  # [3, n]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
     dist = torch.where(inside, near, -near)
+    out = (dist,) if not depth else (dist, _clamped_depth(cross, table, face))
     if dist_only:
-        return dist
+        return out if depth else dist
     # 2 * D / sigma * sign(dist): the coefficient of d d2 / d (corner)
     coef = torch.sigmoid(dist / sigma).mul_(2.0 / sigma)
     coef = torch.where(dist >= reach, torch.where(inside, coef, -coef), 0.0)
@@ -745,7 +752,38 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     b_share = coef * t
     a_share = coef - b_share
     edge = torch.where(first, 0, torch.where(second, 1, 2)).add_(face * 3)
-    return dist, edge, torch.stack((a_share * rx, a_share * ry, b_share * rx, b_share * ry))
+    return (*out, edge, torch.stack((a_share * rx, a_share * ry, b_share * rx, b_share * ry)))
+
+
+class _Terms:
+    """The silhouette gradient terms of a tile's candidate blocks, kept while they fit ``room``
+    bytes: ``blocks`` has one entry per block, in the order the tile's spans give them,
+    ``(pixel, edge, terms)`` (see :func:`_miss_terms`) or None for a block not kept."""
+
+    def __init__(self, room: int):
+        self.room, self.used, self.blocks = room, 0, []
+
+    def evaluate(self, table, face, col, row, pix, sigma: float, reach: float, depth: bool = False):
+        """``dist`` (and with ``depth`` the depth) of one block of candidates at tile pixels
+        ``pix``, keeping the block's terms when they fit."""
+        size = face.numel() * _term_bytes(table.dtype)
+        if self.used + size > self.room:
+            self.blocks.append(None)
+            out = _miss_terms(table, face, col, row, sigma, reach, dist_only=True, depth=depth)
+            return out if depth else (out,)
+        *out, edge, grad = _miss_terms(table, face, col, row, sigma, reach, depth=depth)
+        self.blocks.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+        self.used += size
+        return out
+
+
+def _clamped_depth(cross: torch.Tensor, table: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
+    """float ``[n]``: the depth :func:`soft_geometry` interpolates with the clamped, renormalized
+    barycentrics, from :func:`_miss_terms`' ``cross`` (``l2, l0, l1``), in its operation order."""
+    c0, c1, c2 = cross[1].clamp(min=0.0), cross[2].clamp(min=0.0), cross[0].clamp(min=0.0)
+    total = c0 + c1 + c2
+    z = table[2::3].index_select(1, face)  # [3, n]: z0, z1, z2
+    return (c0.div_(total).mul_(z[0])).add_(c1.div_(total).mul_(z[1])).add_(c2.div_(total).mul_(z[2]))
 
 
 #: Rows of the corner table (``[9, F]``: x0, y0, z0, x1, ...) for edges ``j -> j + 1``, j = 0, 1, 2:
@@ -780,18 +818,23 @@ def _corners(table: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
 
 def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: int,
            best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0), *,
-           log_miss: torch.Tensor | None = None, sigma: float = 1.0, fresh: bool = False) -> None:
+           log_miss: torch.Tensor | None = None, sigma: float = 1.0, fresh: bool = False,
+           terms: _Terms | None = None) -> None:
     """Evaluate the ``n`` candidates of one chunk of spans and merge their per-pixel top-K into
     ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
     ``origin = (row, col)`` (``fresh``: they are still empty); add every reached fragment's
-    ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given."""
+    ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given, and keep the candidates'
+    silhouette gradient terms in ``terms`` while they fit."""
     device, dtype = tri.device, tri.dtype
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
     dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
     for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
         part = slice(i, i + _BLOCK)
-        d, _, z = soft_geometry(_corners(tri, face_n[part]), col[part].to(dtype) + 0.5, row_n[part].to(dtype) + 0.5,
-                                no_bary=True)
+        f, r, c = face_n[part], row_n[part], col[part]
+        if terms is None:  # soft_geometry's distance and depth, bit for bit
+            d, z = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True, depth=True)
+        else:
+            d, z = terms.evaluate(tri, f, c, r, (r - origin[0]) * width + (c - origin[1]), sigma, reach, depth=True)
         dist[part], depth[part] = d, z
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, in face order
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
@@ -907,6 +950,22 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     )
 
 
+def plan_with_room(plan_for: Callable[[int], SoftPlan], budget: int, grad: bool) -> tuple[SoftPlan, int]:
+    """``(plan, room)``: with ``grad``, a quarter of ``budget`` (``1 / TERMS_SHARE``) is ``room`` for
+    the silhouette gradient terms the selection keeps (:class:`_Terms`) and ``plan_for`` cuts the
+    tiles for the rest, if that can be done; else (and without ``grad``) the plan has all of it.
+
+    Raises:
+        MemoryBudgetError: from ``plan_for(budget)``, naming the budget given."""
+    plan = plan_for(budget)
+    if not grad:
+        return plan, 0
+    try:
+        return plan_for(budget - budget // TERMS_SHARE), budget // TERMS_SHARE
+    except MemoryBudgetError:
+        return plan, 0
+
+
 def _term_bytes(dtype: torch.dtype) -> int:
     """Bytes of one candidate's kept gradient terms (int64 pixel and edge, four floats)."""
     return 16 + 4 * _item(dtype)
@@ -920,7 +979,7 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
     The same values as ``alpha`` of a soft :func:`py_gpu.render` (bit for bit), without selecting
     the K nearest faces, interpolating or blending: per tile, steps 1-2 and the sum of step 3
     (:meth:`FaceSelector.miss`); the backward pass is :class:`_LogMiss`'s. When the vertices need
-    gradients, the candidates' gradient terms are kept for it while they fit ``1 / KEEP_SHARE`` of
+    gradients, the candidates' gradient terms are kept for it while they fit ``1 / TERMS_SHARE`` of
     the budget (the tiles work in the rest); the later candidates' are evaluated again.
 
     Raises:
@@ -935,13 +994,7 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
         return plan_tiles("silhouette", batch=B, size=(height, width), faces=batch.num_faces, faces_per_pixel=1,
                           dtype=dtype, budget=budget, slot_bytes=4 * item, returned=B * height * width * item)
 
-    plan, room = plan_for(settings.memory_budget), 0  # raises, naming the budget given, when it cannot do
-    if torch.is_grad_enabled() and screen.requires_grad:  # a quarter for the kept gradient terms, if the rest does
-        try:
-            plan, room = plan_for(settings.memory_budget - settings.memory_budget // KEEP_SHARE), \
-                settings.memory_budget // KEEP_SHARE
-        except MemoryBudgetError:
-            pass
+    plan, room = plan_with_room(plan_for, settings.memory_budget, torch.is_grad_enabled() and screen.requires_grad)
     select = FaceSelector(screen.detach(), batch.faces, (height, width), settings, plan)
     for tile in plan.tiles:  # every tile's sum first: no autograd state is made between the temporaries
         room -= select.miss(tile, room)

@@ -19,7 +19,7 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles,
+from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles, plan_with_room,
                                  rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend, depth_range, nearest_covering, silhouette
@@ -155,15 +155,18 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     B, F, K, dtype, clip = batch.batch_size, batch.num_faces, settings.faces_per_pixel, batch.dtype, batch.is_clip_space
     colors = batch.face_colors if batch.face_colors is not None else batch.vertex_colors
     C = 3 if colors is None else colors.shape[-1]
-    plan = plan_tiles("render (soft)", batch=B, size=(H, W), faces=F, faces_per_pixel=K, dtype=dtype,
-                      budget=settings.memory_budget,
-                      slot_bytes=gather_bytes_per_slot(dtype, clip) + shade_bytes_per_slot(dtype, C),
-                      returned=_frame_bytes(B, H, W, C, dtype), keep_bytes=B * H * W * K * 4)
     screen = batch.screen_vertices((H, W))  # [B, V, 3], differentiable
     w = batch.vertices[..., 3] if clip else None  # [B, V]
     faces = batch.faces
 
+    def plan_for(budget: int):
+        return plan_tiles("render (soft)", batch=B, size=(H, W), faces=F, faces_per_pixel=K, dtype=dtype,
+                          budget=budget, slot_bytes=gather_bytes_per_slot(dtype, clip) + shade_bytes_per_slot(dtype, C),
+                          returned=_frame_bytes(B, H, W, C, dtype), keep_bytes=B * H * W * K * 4)
+
+    plan, room = plan_with_room(plan_for, settings.memory_budget, torch.is_grad_enabled() and screen.requires_grad)
     select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
+    select.room = room  # the silhouette's gradient terms are kept while they fit
     zrange = depth_range(screen[..., 2], blend_settings, clip_space=clip)  # [B, 2], detached
 
     def tile(t, fi, scr, wb, vertex_colors, face_colors, zr, wanted=None):
