@@ -106,27 +106,34 @@ def test_geometry_known_values(device):
 
 
 def test_closed_form_geometry_gradient_matches_autograd(device):
-    """The fast path's step 4 backward (closed form) against autograd through the expressions of
-    soft_geometry, at points inside, outside and near the corners of random triangles (float64)."""
+    """The fast path's step 4 backward (closed form, summed into the shared vertices) against
+    autograd through the expressions of soft_geometry, at points inside, outside and near the
+    corners of random triangles whose vertices are shared by several of them (float64)."""
     from py_gpu.raster.torch_soft import _Geometry
 
     dtype = float64_on(device)
     g = torch.Generator().manual_seed(3)
-    n = 4000
-    tri = (torch.rand(n, 3, 3, generator=g, dtype=torch.float64) * torch.tensor([20.0, 20.0, 1.0])).to(device, dtype)
+    n, m = 4000, 1000  # corner i of each triangle is one of the vertices i * m .. i * m + m - 1
+    screen = (torch.rand(3 * m, 3, generator=g, dtype=torch.float64) * torch.tensor([20.0, 20.0, 1.0])).to(device, dtype)
+    corner = (torch.randint(0, m, (3, n), generator=g) + torch.arange(3)[:, None] * m).to(device)
+    tri = screen.index_select(0, corner.t().reshape(-1)).view(n, 3, 3)
     w = torch.rand(n, 3, generator=g, dtype=torch.float64) * 1.4 - 0.2  # affine weights, some < 0: outside
     px, py = ((w / w.sum(-1, keepdim=True))[..., None] * tri[..., :2].cpu()).sum(1).to(device, dtype).unbind(-1)
     ups = [torch.randn(shape, generator=g, dtype=torch.float64).to(device, dtype) for shape in ((n,), (n, 3), (n,))]
     inside = soft_geometry(tri, px, py, dist_only=True) >= 0
     assert 0.1 < float(inside.double().mean()) < 0.9
 
-    def grad(fn, which):  # d (sum of the chosen outputs times their upstream) / d tri
-        t = tri.clone().requires_grad_(True)
-        outs = fn(t, px, py)
-        return torch.autograd.grad(sum((outs[i] * ups[i]).sum() for i in which), t)[0]
+    def through_autograd(v, corner, px, py):
+        return soft_geometry(v.index_select(0, corner.t().reshape(-1)).view(-1, 3, 3), px, py)
+
+    def grad(fn, which):  # d (sum of the chosen outputs times their upstream) / d screen
+        v = screen.clone().requires_grad_(True)
+        outs = fn(v, corner, px, py)
+        return outs, torch.autograd.grad(sum((outs[i] * ups[i]).sum() for i in which), v)[0]
 
     for which in ((0, 1, 2), (0,), (1,), (2,)):  # all outputs, then dist, barycentrics, depth alone
-        ref, fast = grad(soft_geometry, which), grad(_Geometry.apply, which)
+        (ref_out, ref), (fast_out, fast) = grad(through_autograd, which), grad(_Geometry.apply, which)
+        assert all(torch.equal(a, b) for a, b in zip(fast_out, ref_out))
         assert torch.allclose(fast, ref, rtol=1e-9, atol=1e-9), which
     assert ref.abs().max() > 1.0
 
