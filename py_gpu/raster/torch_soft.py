@@ -172,27 +172,32 @@ class _Geometry(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_dist, g_lam, g_depth):
         rows, corner, px, py, lam, area, l, inside, edge, t, rx, ry = ctx.saved_tensors
-        X, Y, Z = rows.unbind(0)  # [3 corners, N] each
-        c = lam.t()
-        g_c = torch.zeros_like(c) if g_lam is None else g_lam.t().clone()
+        X, Y, Z = rows.unbind(0)  # [3 corners, N] each, contiguous
+        c = lam.t().contiguous()
+        g_c = torch.zeros_like(c) if g_lam is None else g_lam.t().contiguous()
         g_z = torch.zeros_like(c)
         if g_depth is not None:
-            g_c += g_depth * Z
-            g_z = g_depth * c
-        g_l = torch.where(l >= 0, (g_c - (g_c * c).sum(0)) / (l.clamp(min=0.0).sum(0)), 0.0)
-        g_e = g_l / area  # the edge functions' share; corner k is a of E_{k-1} and b of E_{k+1}
-        gm, gp = g_e.roll(1, 0), g_e.roll(-1, 0)
-        xp, xm, yp, ym = X.roll(-1, 0), X.roll(1, 0), Y.roll(-1, 0), Y.roll(1, 0)  # corners k + 1, k - 1
-        gx = gm * (yp - py) + gp * (py - ym)
-        gy = gm * (px - xp) + gp * (xm - px)
+            g_c.addcmul_(Z, g_depth)
+            g_z = c * g_depth
+        # the edge functions' share, through the clamp, the renormalization and the area
+        total = l.clamp(min=0.0).sum(0)
+        g_e = (g_c - (g_c * c).sum(0)).div_(total).div_(area).masked_fill_(l < 0, 0.0)
+        dx, dy = X - px, Y - py
+        gx, gy = torch.empty_like(c), torch.empty_like(c)
+        for k in range(3):  # corner k is the a of edge function k - 1 and the b of edge function k + 1
+            m, p = (k - 1) % 3, (k + 1) % 3
+            torch.mul(g_e[m], dy[p], out=gx[k]).sub_(g_e[p] * dy[m])
+            torch.mul(g_e[p], dx[m], out=gy[k]).sub_(g_e[m] * dx[p])
         if g_dist is not None:
             coef = torch.where(inside, -2.0 * g_dist, 2.0 * g_dist)
             b_share = coef * t
             a_share = coef - b_share
-            on_a = edge == torch.arange(3, device=edge.device)[:, None]  # [3, N]: corner k is the edge's a
-            on_b = on_a.roll(1, 0)  # corner k is the b of edge k - 1
-            gx = gx + torch.where(on_a, a_share * rx, 0.0) + torch.where(on_b, b_share * rx, 0.0)
-            gy = gy + torch.where(on_a, a_share * ry, 0.0) + torch.where(on_b, b_share * ry, 0.0)
+            on = [edge == j for j in range(3)]
+            zero = torch.zeros((), dtype=gx.dtype, device=gx.device)
+            for r, g in ((rx, gx), (ry, gy)):
+                a_r, b_r = a_share * r, b_share * r
+                for k in range(3):  # corner k is the a of edge k and the b of edge k - 1
+                    g[k] += torch.where(on[k], a_r, torch.where(on[(k - 1) % 3], b_r, zero))
         grad = torch.zeros(3, ctx.vertices, dtype=gx.dtype, device=gx.device)
         at = corner.reshape(-1)
         for k, g in enumerate((gx, gy, g_z)):  # 1D index_add_ per coordinate (faster than [N, 3] rows)
