@@ -114,16 +114,19 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     dtype = torch.promote_types(values.dtype, bary.dtype)
     if faces.shape[0] == 0:  # nothing to interpolate: every fragment is empty
         return torch.zeros(B, H, W, K, C, dtype=dtype, device=face_index.device)
-    values = values.to(dtype).expand(B, -1, -1)
-    covered = face_index >= 0  # [B, H, W, K]
-    corner = faces[face_index.clamp(min=0).reshape(B, -1)]  # [B, H*W*K, 3] vertex ids
-
-    def rows(k: int) -> torch.Tensor:  # values at corner k: [B, H, W, K, C]
-        return torch.gather(values, 1, corner[..., k, None].expand(-1, -1, C)).reshape(B, H, W, K, C)
-
-    w = bary.to(dtype)
-    value = w[..., 0:1] * rows(0) + w[..., 1:2] * rows(1) + w[..., 2:3] * rows(2)
-    return torch.where(covered[..., None], value, torch.zeros((), dtype=dtype, device=value.device))
+    V = values.shape[1]
+    flat = values.to(dtype).expand(B, -1, -1).reshape(B * V, C)  # one row per vertex of every element
+    fi = face_index.reshape(-1)
+    corner = faces.index_select(0, fi.clamp(min=0)).view(B, -1, 3)  # vertex ids
+    if B > 1:
+        corner = corner + (torch.arange(B, device=corner.device) * V)[:, None, None]
+    corner = corner.reshape(-1, 3).t()  # [3, B*H*W*K]
+    w = bary.to(dtype).reshape(-1, 3)
+    # rows gathered whole (index_select): faster than an element-wise gather of expanded indices
+    value = w[:, 0:1] * flat.index_select(0, corner[0]) + w[:, 1:2] * flat.index_select(0, corner[1]) \
+        + w[:, 2:3] * flat.index_select(0, corner[2])
+    value = torch.where((fi >= 0)[:, None], value, torch.zeros((), dtype=dtype, device=value.device))
+    return value.view(B, H, W, K, C)
 
 
 def gather_face(values: torch.Tensor, face_index: torch.Tensor) -> torch.Tensor:
