@@ -752,8 +752,8 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     by it)."""
     dtype = table.dtype
     px, py = col.to(dtype).add_(0.5), row.to(dtype).add_(0.5)
-    corners = table[_EDGE_ROWS].index_select(1, face)  # [12, n]: x_a, x_b, y_a, y_b of edges 0-2
-    xa, xb, ya, yb = corners.view(4, 3, -1).unbind(0)  # [3, n] each
+    own = table.index_select(1, face)  # [9, n] (gathered before the rows are picked: table[rows] copies all F)
+    xa, xb, ya, yb = own[_EDGE_ROWS].view(4, 3, -1).unbind(0)  # [3, n] each: x_a, x_b, y_a, y_b of edges 0-2
     ex, ey, dx, dy = xb - xa, yb - ya, px - xa, py - ya
     area = ex[0] * (ya[2] - ya[0]) - ey[0] * (xa[2] - xa[0])
     area = torch.where(area != 0, area, torch.ones_like(area))
@@ -765,7 +765,7 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     d2 = (rx * rx).add_(ry * ry)  # [3, n]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
     dist = torch.where(inside, near, -near)
-    out = (dist,) if not depth else (dist, _clamped_depth(cross, table, face))
+    out = (dist,) if not depth else (dist, _clamped_depth(cross, own[2::3]))
     if dist_only:
         return out if depth else dist
     # 2 * D / sigma * sign(dist): the coefficient of d d2 / d (corner)
@@ -802,12 +802,12 @@ class _Terms:
         return out
 
 
-def _clamped_depth(cross: torch.Tensor, table: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
+def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """float ``[n]``: the depth :func:`soft_geometry` interpolates with the clamped, renormalized
-    barycentrics, from :func:`_miss_terms`' ``cross`` (``l2, l0, l1``), in its operation order."""
+    barycentrics, from :func:`_miss_terms`' ``cross`` (``l2, l0, l1``) and the corners' depths
+    ``z`` (``[3, n]``), in its operation order."""
     c0, c1, c2 = cross[1].clamp(min=0.0), cross[2].clamp(min=0.0), cross[0].clamp(min=0.0)
     total = c0 + c1 + c2
-    z = table[2::3].index_select(1, face)  # [3, n]: z0, z1, z2
     return (c0.div_(total).mul_(z[0])).add_(c1.div_(total).mul_(z[1])).add_(c2.div_(total).mul_(z[2]))
 
 
