@@ -26,7 +26,7 @@ Two stages:
    - The resolve is in place: ``scatter_reduce("amin")`` of depth, then of the face id among
      the fragments at the new minimum, then the winners' barycentrics are stored. Minima are
      exact, so the result does not depend on the scatter order: deterministic on every device.
-   :func:`rasterize_face_index` stops here without storing barycentrics (flat shading).
+   :func:`global_face_ids` stops here without storing barycentrics (flat shading).
 2. **Fragments** (:func:`pixel_fragments`). Without gradients, stage 1's values are final.
    When the vertices need gradients, barycentrics and depth of each covered pixel's winner are
    evaluated again from the unsnapped positions, with autograd, in exactly the expressions of
@@ -72,7 +72,6 @@ _MAX_GROW = 16.0
 #: take the compacting path: the one-pass path evaluates whole bounding boxes (measured slower on
 #: the 360x240 demo frame, 35 ms against 27 ms).
 _ONE_PASS_CPU_LANES = 1 << 17
-_EMPTY = torch.iinfo(torch.int64).max
 _TILE_BITS = 3
 _TILE = 1 << _TILE_BITS  # pixels per run of the row summary; side of the pyramid's finest tile
 
@@ -255,20 +254,25 @@ class _Buffers:
     Pixel id ``(b * Hp + row) * Wp + col`` with ``Hp``/``Wp`` the image size rounded up to
     multiples of 8.
     - ``depth``: float ``[B*Hp*Wp]``, +inf where empty, -inf in the padding.
-    - ``winner``: int64 ``[B*Hp*Wp]``, global face id, ``_EMPTY`` where empty.
+    - ``winner``: int64 ``[B*Hp*Wp]``, global face id, ``empty`` (``B * F``, past the last face) where
+      empty, so that ``winner`` indexes a table of ``B * F`` faces and a background row.
     - ``bary``: float ``[3, B*Hp*Wp]``, the winner's affine barycentrics (0 where empty), or
       ``None`` when only the face ids are wanted.
     """
 
-    def __init__(self, B: int, H: int, W: int, dtype: torch.dtype, device: torch.device, with_bary: bool = True):
+    def __init__(self, B: int, H: int, W: int, F: int, dtype: torch.dtype, device: torch.device,
+                 with_bary: bool = True):
         self.B, self.H, self.W = B, H, W
         self.Hp, self.Wp = -(-H // _TILE) * _TILE, -(-W // _TILE) * _TILE
-        d = torch.full((B, self.Hp, self.Wp), -math.inf, dtype=dtype, device=device)
-        d[:, :H, :W] = math.inf
+        padded = (self.Hp, self.Wp) != (H, W)
+        d = torch.full((B, self.Hp, self.Wp), -math.inf if padded else math.inf, dtype=dtype, device=device)
+        if padded:
+            d[:, :H, :W] = math.inf
         self.depth = d.reshape(-1)
         #: pixel count; ``winner`` and ``bary`` have one more slot, a sink for masked-out writes
         self.n = B * self.Hp * self.Wp
-        self.winner = torch.full((self.n + 1,), _EMPTY, dtype=torch.int64, device=device)
+        self.empty = B * F
+        self.winner = torch.full((self.n + 1,), self.empty, dtype=torch.int64, device=device)
         self.bary = torch.zeros(3, self.n + 1, dtype=dtype, device=device) if with_bary else None
         self.drawn = False
         self.one_pass = False
@@ -350,7 +354,7 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     B, F, H, W = scene.B, scene.F, scene.height, scene.width
     dev = scene.device
     max_block, max_spans, max_runs, work = _budget(settings, B, H, W, F)
-    buf = _Buffers(B, H, W, scene.dtype, dev, with_bary)
+    buf = _Buffers(B, H, W, F, scene.dtype, dev, with_bary)
     if B * F == 0:
         return buf
     if B * F <= max_block and _one_pass(scene, buf, settings, max_spans, max_runs):
@@ -638,7 +642,7 @@ def _settle(buf: _Buffers, pix, old, gid, lz, at_min) -> None:
     l2, z``) whose depth equals the buffer's new minimum, at pixels ``pix [M]`` with previous depth
     ``old [M]``: the lowest face id ``gid [M]`` wins; the winner's barycentrics are stored."""
     lost = (lz[3].index_select(0, at_min) < old).nonzero().squeeze(1)
-    buf.winner.index_fill_(0, pix.index_select(0, lost), _EMPTY)  # the old winner lost these
+    buf.winner.index_fill_(0, pix.index_select(0, lost), buf.empty)  # the old winner lost these
     buf.winner.scatter_reduce_(0, pix, gid, reduce="amin", include_self=True)
     if buf.bary is None:  # face ids only
         return
@@ -653,8 +657,8 @@ def _settle_masked(buf: _Buffers, pix, old, gid, lz, at_min) -> None:
     those not ``at_min`` (bool ``[N]``) write only into the buffers' sink slot ``buf.n``."""
     sink = torch.full_like(pix, buf.n)
     lost = at_min & (lz[3] < old)
-    buf.winner.index_fill_(0, torch.where(lost, pix, sink), _EMPTY)  # the old winner lost these
-    buf.winner.scatter_reduce_(0, pix, torch.where(at_min, gid, _EMPTY), reduce="amin", include_self=True)
+    buf.winner.index_fill_(0, torch.where(lost, pix, sink), buf.empty)  # the old winner lost these
+    buf.winner.scatter_reduce_(0, pix, torch.where(at_min, gid, buf.empty), reduce="amin", include_self=True)
     if buf.bary is None:  # face ids only
         return
     won = torch.where(at_min & (buf.winner.index_select(0, pix) == gid), pix, sink)  # one per pixel
@@ -738,15 +742,11 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
             lz, at_min)
 
 
-def rasterize_face_index(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> torch.Tensor:
-    """int64 ``[B, H, W]``: the face index of every pixel (-1 where empty), as in
-    :func:`rasterize_hard`, without barycentrics (for flat shading, which needs none)."""
+def global_face_ids(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> torch.Tensor:
+    """int64 ``[B, H, W]``: the global face id ``b * F + f`` of every pixel's face, ``B * F`` where
+    empty (a row index into a ``[B * F + 1, ...]`` table whose last row is the background)."""
     buf = resolve_faces(batch, size, settings, with_bary=False)
-    winner = buf.crop(buf.winner)  # [B, H, W] global face ids
-    empty = winner == _EMPTY
-    if batch.batch_size > 1:
-        winner = winner - torch.arange(batch.batch_size, device=winner.device)[:, None, None] * batch.num_faces
-    return winner.masked_fill(empty, -1)
+    return buf.crop(buf.winner)
 
 
 # --------------------------------------------------------------------------------------------
@@ -771,7 +771,7 @@ def pixel_fragments(batch: TriangleBatch, size: tuple[int, int], buf: _Buffers) 
     shape = (B, height, width, 1)
     n_pix = B * height * width
     winner = buf.crop(buf.winner).reshape(-1)  # [B*H*W] global face ids
-    empty = winner == _EMPTY
+    empty = winner == buf.empty
     clip = batch.is_clip_space
     grad = torch.is_grad_enabled() and batch.vertices.requires_grad
     if (not grad and not clip) or F == 0:  # stage 1's values are final
