@@ -114,7 +114,8 @@ def test_closed_form_geometry_gradient_matches_autograd(device):
     dtype = float64_on(device)
     g = torch.Generator().manual_seed(3)
     n, m = 4000, 1000  # corner i of each triangle is one of the vertices i * m .. i * m + m - 1
-    screen = (torch.rand(3 * m, 3, generator=g, dtype=torch.float64) * torch.tensor([20.0, 20.0, 1.0])).to(device, dtype)
+    scale = torch.tensor([20.0, 20.0, 1.0], dtype=torch.float64)
+    screen = (torch.rand(3 * m, 3, generator=g, dtype=torch.float64) * scale).to(device, dtype)
     corner = (torch.randint(0, m, (3, n), generator=g) + torch.arange(3)[:, None] * m).to(device)
     tri = screen.index_select(0, corner.t().reshape(-1)).view(n, 3, 3)
     w = torch.rand(n, 3, generator=g, dtype=torch.float64) * 1.4 - 0.2  # affine weights, some < 0: outside
