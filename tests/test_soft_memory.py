@@ -340,3 +340,31 @@ def test_gradients_are_identical_run_to_run_with_threads(dtype, entry, clip):
     for run in runs[1:]:
         for a, b in zip(runs[0], run):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("budget", [BIG, 200_000], ids=["one-tile", "tiled"])
+@pytest.mark.parametrize("clip", [False, True], ids=["screen", "clip"])
+def test_render_without_gradients_reuses_the_selections_values(budget, clip, monkeypatch):
+    """Without autograd the tiles take the selected slots' distance and depth from the selection
+    and evaluate only their barycentrics; the frame is, bit for bit, the one shade_soft gives on
+    rasterize_soft's fragments (which evaluate every slot's geometry), with compacted tiles too."""
+    calls = []
+    original = torch_soft.gather_tile
+
+    def spy(*args, **kwargs):
+        known = args[6] if len(args) > 6 else kwargs.get("known")
+        calls.append(known is not None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("py_gpu.shading.composite.gather_tile", spy)
+    base = scene(5, clip=clip, faces=14, size=(20, 24))
+    s = soft(budget, sigma=2.0, faces_per_pixel=4)
+    bg = (0.2, 0.3, 0.4)
+    with torch.no_grad():
+        plain = render_soft(base, (20, 24), background=bg, settings=s)
+        reused = list(calls)
+        reference = shade_soft(base, rasterize_soft(base, (20, 24), s), bg, s, BlendSettings())
+    assert reused and all(reused)
+    for name in ("image", "alpha", "depth", "face_index"):
+        assert torch.equal(getattr(plain, name), getattr(reference, name)), name
+    assert float(plain.alpha.mean()) > 0.05

@@ -102,12 +102,7 @@ def _geometry(coords, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = F
     j + 1), the parameter ``t`` of the nearest point on it and the vector ``(rx, ry)`` from that
     point to the sample."""
     x0, y0, z0, x1, y1, z1, x2, y2, z2 = coords
-    area = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
-    area = torch.where(area != 0, area, torch.ones_like(area))
-    # affine barycentrics, in the raster rule's operation order
-    l0 = ((x2 - x1) * (py - y1) - (y2 - y1) * (px - x1)) / area
-    l1 = ((x0 - x2) * (py - y2) - (y0 - y2) * (px - x2)) / area
-    l2 = ((x1 - x0) * (py - y0) - (y1 - y0) * (px - x0)) / area
+    area, l0, l1, l2 = _affine(coords, px, py)
     inside = (l0 >= 0) & (l1 >= 0) & (l2 >= 0)
 
     def seg2(ax, ay, bx, by):  # squared distance to segment a-b, and the nearest point's t, r
@@ -124,9 +119,7 @@ def _geometry(coords, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = F
     dist = torch.where(inside, d2, -d2)
     if dist_only:
         return dist
-    c0, c1, c2 = l0.clamp(min=0.0), l1.clamp(min=0.0), l2.clamp(min=0.0)
-    total = c0 + c1 + c2  # >= 1 because l0 + l1 + l2 == 1
-    c0, c1, c2 = c0 / total, c1 / total, c2 / total
+    c0, c1, c2 = _clamped(l0, l1, l2)
     depth = c0 * z0 + c1 * z1 + c2 * z2
     if not parts:
         return dist, None if no_bary else torch.stack((c0, c1, c2), dim=-1), depth
@@ -134,6 +127,25 @@ def _geometry(coords, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = F
     edge = torch.where(first, 0, torch.where(second, 1, 2))
     near = [torch.where(first, a, torch.where(second, b, c)) for a, b, c in zip(s0[1:], s1[1:], s2[1:])]
     return dist, torch.stack((c0, c1, c2), dim=-1), depth, (area, torch.stack((l0, l1, l2)), inside, edge, *near)
+
+
+def _affine(coords, px: torch.Tensor, py: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(area, l0, l1, l2)``: the doubled signed area (1 where it is 0) and the affine
+    barycentrics of :func:`_geometry`'s triangles at the points, in the raster rule's operation order."""
+    x0, y0, _, x1, y1, _, x2, y2, _ = coords
+    area = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+    area = torch.where(area != 0, area, torch.ones_like(area))
+    l0 = ((x2 - x1) * (py - y1) - (y2 - y1) * (px - x1)) / area
+    l1 = ((x0 - x2) * (py - y2) - (y0 - y2) * (px - x2)) / area
+    l2 = ((x1 - x0) * (py - y0) - (y1 - y0) * (px - x0)) / area
+    return area, l0, l1, l2
+
+
+def _clamped(l0: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The barycentrics clamped to >= 0 and renormalized (their sum is >= 1: l0 + l1 + l2 == 1)."""
+    c0, c1, c2 = l0.clamp(min=0.0), l1.clamp(min=0.0), l2.clamp(min=0.0)
+    total = c0 + c1 + c2
+    return c0 / total, c1 / total, c2 / total
 
 
 def _corner_rows(screen: torch.Tensor, corner: torch.Tensor) -> torch.Tensor:
@@ -261,9 +273,9 @@ def _bytes_per_fragment(dtype: torch.dtype) -> int:
 
 
 def _select_bytes_per_slot(dtype: torch.dtype) -> int:
-    """Bytes per K slot of a tile in step 3: the running top-K (depth, face) and the merge of a
-    chunk's candidates with it (``[pixels, 2K]`` keys, sort indices and gathered copies)."""
-    return 8 * _item(dtype) + 136
+    """Bytes per K slot of a tile in step 3: the running top-K (depth, distance, face) and the
+    merge of a chunk's candidates with it (``[pixels, 2K]`` keys, sort indices and gathered copies)."""
+    return 12 * _item(dtype) + 136
 
 
 def gather_bytes_per_slot(dtype: torch.dtype, clip_space: bool) -> int:
@@ -483,10 +495,11 @@ class FaceSelector:
         self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
         self.kept_terms: dict = {}  # tile -> its candidates' gradient terms (see miss)
         self.room = 0  # bytes left for kept gradient terms
+        self._slots: tuple | None = None  # (tile, distance, depth) of the last selection
 
     def release(self) -> None:
-        """Drop the cached face table."""
-        self._element = None
+        """Drop the cached face table and the last selection's slot values."""
+        self._element = self._slots = None
 
     def _table(self, b: int):
         if self._element is None or self._element[0] != b:
@@ -557,17 +570,25 @@ class FaceSelector:
         rows, width = row1 - row0, col1 - col0
         best_face = torch.full((rows * width, K), -1, dtype=torch.int64, device=device)
         best_depth = torch.full((rows * width, K), math.inf, dtype=self.screen.dtype, device=device)
+        best_dist = torch.zeros((rows * width, K), dtype=self.screen.dtype, device=device)
         log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
         terms = _Terms(self.room) if self.room > 0 and tile not in self.kept_terms else None
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
-                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms)
+                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist)
         self._keep_miss(tile, log_miss)
         if terms is not None and terms.used:
             self.kept_terms[tile] = terms.blocks
             self.room -= terms.used
+        self._slots = (tile, best_dist.view(rows, width, K), best_depth.view(rows, width, K))
         return best_face.view(rows, width, K)
+
+    def slot_values(self, tile: Tile) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """float ``[rows, cols, K]`` distance and depth of the faces the last call selected for
+        ``tile`` (:func:`soft_geometry`'s values, bit for bit), or None for another tile."""
+        slots = self._slots
+        return slots[1:] if slots is not None and slots[0] == tile else None
 
     @torch.no_grad()
     def miss(self, tile: Tile, room: int = 0) -> int:
@@ -844,12 +865,13 @@ def _corners(table: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
 def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: int,
            best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0), *,
            log_miss: torch.Tensor | None = None, sigma: float = 1.0, fresh: bool = False,
-           terms: _Terms | None = None) -> None:
+           terms: _Terms | None = None, best_dist: torch.Tensor | None = None) -> None:
     """Evaluate the ``n`` candidates of one chunk of spans and merge their per-pixel top-K into
     ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
-    ``origin = (row, col)`` (``fresh``: they are still empty); add every reached fragment's
-    ``log(1 - D)`` into ``log_miss`` (``[rows * width]``) when given, and keep the candidates'
-    silhouette gradient terms in ``terms`` while they fit."""
+    ``origin = (row, col)`` (``fresh``: they are still empty; ``best_dist``, when given, receives
+    the kept slots' distances); add every reached fragment's ``log(1 - D)`` into ``log_miss``
+    (``[rows * width]``) when given, and keep the candidates' silhouette gradient terms in
+    ``terms`` while they fit."""
     device, dtype = tri.device, tri.dtype
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
     dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
@@ -864,41 +886,50 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, in face order
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     fid = face_n.index_select(0, hit)
-    z = depth.index_select(0, hit)
+    z, d = depth.index_select(0, hit), dist.index_select(0, hit)
     if log_miss is not None:
-        log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
+        log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
     del dist, depth, face_n, row_n, col
     if pix.numel() == 0:
         return
-    # 3. rank per pixel by (depth, face): fragments arrive in face order, so stable sorts do it
+    _keep_nearest(pix, z, fid, d if best_dist is not None else None, K, best_depth, best_face, best_dist, fresh)
+
+
+def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fresh: bool) -> None:
+    """Step 3 for a chunk's reached fragments (tile pixel ``pix``, depth ``z``, face ``fid`` and
+    optionally distance ``d``, ``[N]`` each, in face order): each pixel's K nearest by (depth,
+    face), merged into the ``[pixels, K]`` buffers ``best_*`` (``best_dist`` with ``d`` only)."""
+    device = pix.device
     if z.dtype == torch.float32:
         # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
         # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
         o = torch.sort((pix << 32) | _ordered_bits(z), stable=True).indices
-    else:
+    else:  # fragments arrive in face order, so stable sorts rank them by (pixel, depth, face)
         o = torch.sort(z, stable=True).indices
         o = o[torch.sort(pix[o], stable=True).indices]
-    pix, fid, z = pix.index_select(0, o), fid.index_select(0, o), z.index_select(0, o)
+    values = [t.index_select(0, o) for t in (z, fid) + (() if d is None else (d,))]
+    pix = pix.index_select(0, o)
     touched, counts = torch.unique_consecutive(pix, return_counts=True)  # [M]
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.arange(pix.numel(), device=device) - torch.repeat_interleave(starts, counts)
     kept = torch.nonzero(rank < K).squeeze(1)  # the first K of each pixel
-    z, fid, rank = z.index_select(0, kept), fid.index_select(0, kept), rank.index_select(0, kept)
+    values, rank = [t.index_select(0, kept) for t in values], rank.index_select(0, kept)
+    buffers = [best_depth, best_face] + ([] if d is None else [best_dist])
     if fresh:  # the buffers are still empty: no merge
         at = pix.index_select(0, kept) * K + rank
-        best_depth.view(-1).index_copy_(0, at, z)
-        best_face.view(-1).index_copy_(0, at, fid)
+        for buf, v in zip(buffers, values):
+            buf.view(-1).index_copy_(0, at, v)
         return
     slot = torch.repeat_interleave(torch.arange(touched.numel(), device=device), counts).index_select(0, kept) * K
     slot += rank
-    cand_z = torch.full((touched.numel() * K,), math.inf, dtype=dtype, device=device).index_copy_(0, slot, z)
-    cand_f = torch.full((touched.numel() * K,), -1, dtype=torch.int64, device=device).index_copy_(0, slot, fid)
+    fills = (math.inf, -1, 0.0)
+    cand = [torch.full((touched.numel() * K,), fill, dtype=v.dtype, device=device).index_copy_(0, slot, v).view(-1, K)
+            for v, fill in zip(values, fills)]
     # merge with what earlier chunks kept for the same pixels, again by (depth, face)
-    all_z = torch.cat((best_depth.index_select(0, touched), cand_z.view(-1, K)), dim=1)  # [M, 2K]
-    all_f = torch.cat((best_face.index_select(0, touched), cand_f.view(-1, K)), dim=1)
-    o = _merge_order(all_z, all_f)[:, :K]
-    best_depth.index_copy_(0, touched, all_z.gather(1, o))
-    best_face.index_copy_(0, touched, all_f.gather(1, o))
+    both = [torch.cat((buf.index_select(0, touched), c), dim=1) for buf, c in zip(buffers, cand)]  # [M, 2K]
+    o = _merge_order(both[0], both[1])[:, :K]
+    for buf, merged in zip(buffers, both):
+        buf.index_copy_(0, touched, merged.gather(1, o))
 
 
 def _ordered_bits(z: torch.Tensor) -> torch.Tensor:
@@ -921,7 +952,8 @@ def _merge_order(z: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
 # ---- step 4: differentiable fragments ---------------------------------------------------------------
 def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, face_index: torch.Tensor,
-                origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Fragments:
+                origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None = None,
+                known: tuple[torch.Tensor, torch.Tensor] | None = None) -> Fragments:
     """Step 4 for one tile: differentiable distance, barycentrics and depth of its chosen faces.
 
     Args:
@@ -932,6 +964,9 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
         origin: ``(row, col)`` of the tile's top-left pixel.
         centers: for a compacted tile, int64 ``(row, col)`` (``[rows]`` each, absolute) of the
             pixels of a ``[rows, 1, K]`` ``face_index``; then ``origin`` is unused.
+        known: the slots' distance and depth (float, ``face_index``'s shape) as the selection
+            computed them (:meth:`FaceSelector.slot_values`); without autograd only the
+            barycentrics are then evaluated.
 
     Returns:
         ``Fragments`` of shape ``[1, rows, cols, K]`` (``screen_bary`` when ``w`` is given). Only the
@@ -953,6 +988,9 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     corner = faces.t().index_select(1, fi)  # [3, N]
     if torch.is_grad_enabled() and screen.requires_grad:  # closed-form backward
         dist_n, lam_n, depth_n = _Geometry.apply(screen, corner, px, py)
+    elif known is not None:
+        dist_n, depth_n = (v.reshape(-1).index_select(0, si) for v in known)
+        lam_n = torch.stack(_clamped(*_affine(_row_coords(_corner_rows(screen, corner)), px, py)[1:]), dim=-1)
     else:
         dist_n, lam_n, depth_n = _geometry(_row_coords(_corner_rows(screen, corner)), px, py)
     bary_n = lam_n

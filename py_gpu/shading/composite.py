@@ -176,12 +176,17 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         rows, cols, K = fi.shape
         hit = torch.nonzero(fi[..., 0].reshape(-1) >= 0).squeeze(1)  # pixels some face reaches
         compact = hit.numel() <= _COMPACT_SHARE * rows * cols
+        known = select.slot_values(t)  # the selection's distance and depth, used without autograd
         if compact:  # only the reached pixels, as a [1, P, 1, K] tile; the others are background
             fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
-            part = gather_tile(scr, wb, faces, _occupied(fi), (0, 0), (hit // cols + t[1], hit % cols + t[3]))
+            known = None if known is None else [v.view(-1, 1, K).index_select(0, hit) for v in known]
+        fi = _occupied(fi)
+        known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
+        if compact:
+            part = gather_tile(scr, wb, faces, fi, (0, 0), (hit // cols + t[1], hit % cols + t[3]), known)
             part = dataclasses.replace(part, alpha=part_alpha.view(1, -1, 1, 1))
         else:
-            part = dataclasses.replace(gather_tile(scr, wb, faces, _occupied(fi), (t[1], t[3])), alpha=alpha)
+            part = dataclasses.replace(gather_tile(scr, wb, faces, fi, (t[1], t[3]), known=known), alpha=alpha)
         image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background,
                                             settings, blend_settings, zr[None])
         if not compact:
