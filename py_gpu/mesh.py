@@ -211,8 +211,10 @@ def concat_meshes(meshes: list[MeshBatch]) -> MeshBatch:
 
 def mesh_from_arrays(v, f, n=None, uv=None, dtype=torch.float32, device=None) -> MeshBatch:
     """A ``MeshBatch`` from array-likes (positions, faces, optional normals and UVs)."""
-    to = lambda a: None if a is None else torch.as_tensor(np.asarray(a, dtype=np.float64)).to(dtype=dtype, device=device)  # noqa: E731
-    return MeshBatch(to(v), torch.as_tensor(np.asarray(f, dtype=np.int64), device=device), to(n), to(uv))
+    def to(a):  # a copy (np.array): arrays from other libraries may be read-only, which torch cannot wrap
+        return None if a is None else torch.from_numpy(np.array(a, dtype=np.float64)).to(dtype=dtype, device=device)
+
+    return MeshBatch(to(v), torch.from_numpy(np.array(f, dtype=np.int64)).to(device), to(n), to(uv))
 
 
 # ---- OBJ -------------------------------------------------------------------------------------------
