@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 
 import py_gpu
 from py_gpu._check import BackendUnavailableError
@@ -206,12 +206,39 @@ def test_grid_fixture_watertight(gl, ref):
 
 
 # -- random small batches against the reference ---------------------------------------------------
+def _assert_equally_near(batch: TriangleBatch, got_face, want_face, differ) -> None:
+    """Where GL's face differs from the reference's, both faces' exact (float64) depths at the pixel
+    center agree within GL's depth precision there: 1e-4, plus the depth that GL's 1/256 px vertex
+    grid and float32 interpolation can move on steep faces (the planes' slopes times 2/256 px)."""
+    v = batch.vertices[0].double()
+
+    def plane(f: int):  # screen-space depth of face f at (px, py), and its slope |dz/dx| + |dz/dy|
+        (x0, y0, z0), (x1, y1, z1), (x2, y2, z2) = v[batch.faces[f]].tolist()
+        d = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+        gx = ((z1 - z0) * (y2 - y0) - (z2 - z0) * (y1 - y0)) / d
+        gy = ((z2 - z0) * (x1 - x0) - (z1 - z0) * (x2 - x0)) / d
+        return (lambda px, py: z0 + gx * (px - x0) + gy * (py - y0)), abs(gx) + abs(gy)
+
+    for _, row, col in differ.nonzero().tolist():
+        (za, sa), (zb, sb) = plane(int(got_face[0, row, col])), plane(int(want_face[0, row, col]))
+        gap = abs(za(col + 0.5, row + 0.5) - zb(col + 0.5, row + 0.5))
+        assert gap <= 1e-4 + (sa + sb) * 2 / 256, (row, col, gap)
+
+
 
 _H, _W = 12, 16
 
 
+#: Found by a random run: two copies of a steep one-pixel face, drawn in both windings; GL's depth of
+#: one copy is 2e-4 off the exact plane there (snapped corners, float32 interpolation).
+_STEEP_TWINS = _batch([[0, 0, 0]] * 4 + [[1.0, 0.0, 1.0], [-0.3, 2.0, 0.0], [0, 0, 0], [0, 0, 0]],
+                      [[0, 1, 2], [1, 0, 3], [4, 5, 6], [5, 4, 7]],
+                      vertex_colors=torch.zeros(1, 8, 3, dtype=torch.float64))
+
+
 @fixture_safe_settings()
 @given(batch=kind_batches())
+@example(batch=_STEEP_TWINS)
 def test_random_batches_match_reference(gl, batch):
     got = gl.render_frame(batch, (_H, _W), background=(0.1, 0.2, 0.3))
     want = select_backend("reference").render_frame(batch, (_H, _W), background=(0.1, 0.2, 0.3))
@@ -219,7 +246,7 @@ def test_random_batches_match_reference(gl, batch):
     # near (GL resolves depth ties in its 24-bit depth buffer, the reference by face order).
     assert torch.equal(got.face_index >= 0, want.face_index >= 0)
     differ = got.face_index != want.face_index
-    torch.testing.assert_close(got.depth[differ].double(), want.depth[differ], rtol=0, atol=1e-4)
+    _assert_equally_near(batch, got.face_index, want.face_index, differ)
     # Colors agree to one 8-bit step where the face is well conditioned; on slivers thinner than
     # half a pixel's area the barycentrics are ill-conditioned and GL's float32 differs.
     tri = batch.vertices[0][batch.faces][..., :2]

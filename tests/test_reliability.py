@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import py_gpu
@@ -128,22 +128,35 @@ def test_huge_extents_numpy_and_torch_match_the_reference_exactly(case):
         assert torch.equal(got.to_uint8(), want.to_uint8()), backend
 
 
-def _off_the_lattice(batch: TriangleBatch) -> TriangleBatch:
-    """The batch moved by a fixed irrational fraction of a pixel, so that no edge passes exactly
-    through a pixel center: GL resolves exact ties after a cut in float32, the reference exactly."""
+def _off_the_lattice(batch: TriangleBatch, size: tuple[int, int]) -> TriangleBatch:
+    """The batch moved by a fixed irrational fraction of a pixel (about 0.03 px: several steps of
+    the 1/256 px grid both rasterizers snap to, so the move survives snapping at any image size),
+    so that no edge passes exactly through a pixel center: GL resolves exact ties after a cut in
+    float32, the reference exactly."""
     v = batch.vertices.clone()
-    phase = torch.tensor([math.pi, math.e], dtype=v.dtype) * 1e-3
-    v[..., :2] += phase * v[..., 3:]
+    H, W = size
+    phase = torch.tensor([math.pi, math.e], dtype=v.dtype) * 1e-2 * 2.0 / torch.tensor([W, H], dtype=v.dtype)
+    v[..., :2] += phase * v[..., 3:]  # NDC units: 2 / W per pixel
     return TriangleBatch(v, batch.faces, face_colors=batch.face_colors)
+
+
+def _clip_case(verts, faces, size):
+    v = torch.tensor([verts], dtype=torch.float64)
+    colors = torch.rand(1, len(faces), 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    return TriangleBatch(v, torch.tensor(faces), face_colors=colors), size
 
 
 @settings(deadline=None, max_examples=40)
 @given(case=huge_clip_batches())
+# two cases found by random runs: a 1x1 image (the move once fell below the 1/256 px grid), huge x
+@example(case=_clip_case([[3.6407e6, 1, 0, 1], [0, 0, 0, 1], [0, 1, 0, 1]], [[0, 1, 2]], (1, 1)))
+@example(case=_clip_case([[0, 0, 0, 1], [1, 0, 0, 1], [0, 1, 0, 1], [0, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 1]],
+                         [[0, 1, 2], [3, 4, 5]], (1, 1)))
 def test_huge_extents_gl_coverage_is_exact(gl_available, case):
     """GL's promise: coverage exact away from exact ties, a face may differ only where two faces
     are equally near."""
     batch, size = case
-    batch = _off_the_lattice(batch)
+    batch = _off_the_lattice(batch, size)
     want = py_gpu.render(batch, size, backend="reference")
     got = py_gpu.render(batch, size, backend="moderngl")
     assert torch.equal(got.face_index >= 0, want.face_index >= 0)
@@ -430,3 +443,18 @@ def test_cli_zero_triangles_renders_the_background(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "empty.png").stat().st_size > 0
+
+
+@pytest.mark.filterwarnings("error:invalid value:RuntimeWarning")  # the range overflowed to inf, then 0 * inf
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # GL's float32 depth: inf
+def test_gl_depth_range_wider_than_float64_holds(gl_available):
+    """Screen-space depths of -1e308 and 1e308 are finite, but their range is not: GL maps it in
+    halves and draws the near face where the reference does (the depth GL reports for them is
+    float32's, inf)."""
+    v = torch.tensor([[[0.0, 0.0, 1e308], [8.0, 0.0, 1e308], [0.0, 8.0, 1e308],
+                       [0.0, 0.0, -1e308], [6.0, 0.0, -1e308], [0.0, 6.0, -1e308]]], dtype=torch.float64)
+    batch = TriangleBatch(v, torch.tensor([[0, 1, 2], [3, 4, 5]]))
+    want = py_gpu.render(batch, (8, 8), backend="reference")
+    got = py_gpu.render(batch, (8, 8), backend="moderngl")
+    assert torch.equal(got.face_index, want.face_index)
+    assert int((want.face_index == 1).sum()) > 10 and int((want.face_index == 0).sum()) > 5

@@ -796,8 +796,12 @@ class ModernGLBackend(Backend):
         used = depth[faces_flat] if faces_flat.size else depth[:0]
         zmin, zmax = (float(used.min()), float(used.max())) if used.size else (0.0, 0.0)
         if zmax > zmin:
-            scale = 2.0 * (1.0 - _DEPTH_MARGIN) / (zmax - zmin)
-            z_ndc = (depth - zmin) * scale - (1.0 - _DEPTH_MARGIN)
+            with np.errstate(over="ignore", invalid="ignore"):  # unused vertices may lie further out
+                if np.isfinite(zmax - zmin):
+                    z_ndc = (depth - zmin) * (2.0 * (1.0 - _DEPTH_MARGIN) / (zmax - zmin)) - (1.0 - _DEPTH_MARGIN)
+                else:  # a range wider than float64 holds (huge extents): in halves, which do not overflow
+                    z_ndc = (depth / 2 - zmin / 2) * (2.0 * (1.0 - _DEPTH_MARGIN) / (zmax / 2 - zmin / 2)) \
+                        - (1.0 - _DEPTH_MARGIN)
         else:
             z_ndc = np.zeros_like(depth)
         w = batch.vertices[b, :, 3].detach().to("cpu", torch.float64).numpy() if batch.is_clip_space else 1.0
