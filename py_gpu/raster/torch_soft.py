@@ -509,9 +509,10 @@ class FaceSelector:
 
     @torch.no_grad()
     def _build(self, b: int):
-        """The corners of element ``b``'s faces (``[9, F]``, see :func:`_corners`) and its live
-        faces (nonzero area, not culled, blur box on screen) in face order, with their pixel
-        ranges (int64 ``[n]`` each) and reach (:func:`_reach_lines`)."""
+        """The corners of element ``b``'s faces (``[9, F]``: one row per coordinate, ``x0, y0, z0,
+        x1, ..., z2``, contiguous for gathers) and its live faces (nonzero area, not culled, blur
+        box on screen) in face order, with their pixel ranges (int64 ``[n]`` each) and reach
+        (:func:`_reach_lines`)."""
         height, width = self.size
         radius = self.settings.blur_radius
         verts = self.screen[b]  # [V, 3]
@@ -535,7 +536,7 @@ class FaceSelector:
         """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, n)`` of
         ``n <= plan.max_frags`` candidates (one span may exceed it alone): ``[S]`` spans of
         ``span_w`` pixels from ``(row, col0)`` of face ``face`` (see :func:`_candidates`);
-        ``tri`` is the element's (detached) corner table (see :func:`_corners`). Steps 1-2 of
+        ``tri`` is the element's (detached) corner table (see :meth:`_build`). Steps 1-2 of
         the module docstring; shared by the selection and by the silhouette's backward pass."""
         b, row0, row1, col0, col1 = tile
         if self.faces.shape[0] == 0:
@@ -605,15 +606,10 @@ class FaceSelector:
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
         terms = _Terms(room)
-        for tri, face, row, c0, span_w, n in self.spans(tile):
-            face_n, row_n, col = _candidates(face, row, c0, span_w, n)
-            for i in range(0, n, _BLOCK):
-                part = slice(i, i + _BLOCK)
-                f, r, c = face_n[part], row_n[part], col[part]
-                pix = (r - row0) * width + (c - col0)
-                dist = terms.evaluate(tri, f, c, r, pix, s.sigma, reach)[0]
-                hit = torch.nonzero(dist >= reach).squeeze(1)
-                log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
+        for tri, f, r, c, pix in _candidate_blocks(self.spans(tile), (row0, col0), width):
+            dist = terms.evaluate(tri, f, c, r, pix, s.sigma, reach)[0]
+            hit = torch.nonzero(dist >= reach).squeeze(1)
+            log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
         self._keep_miss(tile, log_miss)
         if terms.used:
             self.kept_terms[tile] = terms.blocks
@@ -739,17 +735,11 @@ class _LogMiss(torch.autograd.Function):
                 if terms is not None:
                     add(*terms)
             if not kept or None in kept:  # the others: evaluated again, block by block (in the same order)
-                block = 0
-                for tri, face, row, col0, span_w, n in sel.spans(ctx.tile):
-                    face_n, row_n, col = _candidates(face, row, col0, span_w, n)
-                    pix = (row_n - r0) * width + (col - c0)
-                    for i in range(0, n, _BLOCK):
-                        if not kept or kept[block] is None:
-                            part = slice(i, i + _BLOCK)
-                            _, edge, terms = _miss_terms(tri, face_n[part], col[part], row_n[part], s.sigma,
-                                                         -(s.blur_radius ** 2))
-                            add(pix[part], edge, terms)
-                        block += 1
+                blocks = _candidate_blocks(sel.spans(ctx.tile), (r0, c0), width)
+                for block, (tri, f, r, c, pix) in enumerate(blocks):
+                    if not kept or kept[block] is None:
+                        _, edge, terms = _miss_terms(tri, f, c, r, s.sigma, -(s.blur_radius ** 2))
+                        add(pix, edge, terms)
             total = torch.zeros_like(screen)
             total[:, :2] = xy.t()
         return total, None, None, None
@@ -758,7 +748,7 @@ class _LogMiss(torch.autograd.Function):
 def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor, sigma: float,
                 reach: float, dist_only: bool = False, depth: bool = False):
     """The silhouette's terms of candidates ``(face, row, col)`` (``[n]`` each; corners from the
-    table ``[9, F]``, see :func:`_corners`): ``dist`` (float ``[n]``, the one :func:`soft_geometry`
+    table ``[9, F]``, see :meth:`FaceSelector._build`): ``dist`` (float ``[n]``, the one :func:`soft_geometry`
     computes, operation for operation, so the reach test agrees with the selection's bit for bit),
     the nearest edge ``3 * face + j`` (int64 ``[n]``; edge j runs from corner j to corner j + 1)
     and ``d log(1 - D) / d (a, b)`` for its corners (float ``[4, n]``: ``ax, ay, bx, by``), zero
@@ -827,9 +817,8 @@ def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """float ``[n]``: the depth :func:`soft_geometry` interpolates with the clamped, renormalized
     barycentrics, from :func:`_miss_terms`' ``cross`` (``l2, l0, l1``) and the corners' depths
     ``z`` (``[3, n]``), in its operation order."""
-    c0, c1, c2 = cross[1].clamp(min=0.0), cross[2].clamp(min=0.0), cross[0].clamp(min=0.0)
-    total = c0 + c1 + c2
-    return (c0.div_(total).mul_(z[0])).add_(c1.div_(total).mul_(z[1])).add_(c2.div_(total).mul_(z[2]))
+    c0, c1, c2 = _clamped(cross[1], cross[2], cross[0])
+    return c0 * z[0] + c1 * z[1] + c2 * z[2]
 
 
 #: Rows of the corner table (``[9, F]``: x0, y0, z0, x1, ...) for edges ``j -> j + 1``, j = 0, 1, 2:
@@ -855,11 +844,15 @@ def _candidates(face, row, col0, span_w, n: int):
     return face.index_select(0, span), row.index_select(0, span), col
 
 
-def _corners(table: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
-    """``[n, 3, 3]`` corners of ``face`` (``[n]``) from the table ``[9, F]`` of every face's
-    corners, coordinate by coordinate: each coordinate of the result is a contiguous ``[n]``
-    vector (the arithmetic on them runs about 1.7x faster than on interleaved corners)."""
-    return table.index_select(1, face).t().view(-1, 3, 3)
+def _candidate_blocks(spans, origin: tuple[int, int], width: int):
+    """The candidates of a tile's span chunks (:meth:`FaceSelector.spans`) in blocks of
+    ``_BLOCK``, in order: ``(table, face, row, col, pixel)``, the last ``[n]`` each, ``pixel`` in
+    the tile whose top-left pixel is ``origin`` and whose rows are ``width`` long."""
+    for table, face, row, col0, span_w, n in spans:
+        face_n, row_n, col = _candidates(face, row, col0, span_w, n)
+        for i in range(0, n, _BLOCK):
+            f, r, c = face_n[i:i + _BLOCK], row_n[i:i + _BLOCK], col[i:i + _BLOCK]
+            yield table, f, r, c, (r - origin[0]) * width + (c - origin[1])
 
 
 def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: int,
@@ -988,11 +981,13 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     corner = faces.t().index_select(1, fi)  # [3, N]
     if torch.is_grad_enabled() and screen.requires_grad:  # closed-form backward
         dist_n, lam_n, depth_n = _Geometry.apply(screen, corner, px, py)
-    elif known is not None:
-        dist_n, depth_n = (v.reshape(-1).index_select(0, si) for v in known)
-        lam_n = torch.stack(_clamped(*_affine(_row_coords(_corner_rows(screen, corner)), px, py)[1:]), dim=-1)
     else:
-        dist_n, lam_n, depth_n = _geometry(_row_coords(_corner_rows(screen, corner)), px, py)
+        coords = _row_coords(_corner_rows(screen, corner))
+        if known is None:
+            dist_n, lam_n, depth_n = _geometry(coords, px, py)
+        else:  # the selection's distance and depth; only the barycentrics are evaluated
+            dist_n, depth_n = (v.reshape(-1).index_select(0, si) for v in known)
+            lam_n = torch.stack(_clamped(*_affine(coords, px, py)[1:]), dim=-1)
     bary_n = lam_n
     if w is not None:
         q = lam_n / w.index_select(0, corner.t().reshape(-1)).view(-1, 3)  # [N, 3]

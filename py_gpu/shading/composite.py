@@ -19,8 +19,8 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles, plan_with_room,
-                                 rasterize_soft)
+from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles,
+                                 plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend, depth_range, nearest_covering, silhouette
 from .interpolate import gather_face, interpolate_vertex
@@ -177,16 +177,14 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         hit = torch.nonzero(fi[..., 0].reshape(-1) >= 0).squeeze(1)  # pixels some face reaches
         compact = hit.numel() <= _COMPACT_SHARE * rows * cols
         known = select.slot_values(t)  # the selection's distance and depth, used without autograd
+        part_alpha, origin, centers = alpha, (t[1], t[3]), None
         if compact:  # only the reached pixels, as a [1, P, 1, K] tile; the others are background
             fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
             known = None if known is None else [v.view(-1, 1, K).index_select(0, hit) for v in known]
+            part_alpha, origin, centers = part_alpha.view(1, -1, 1, 1), (0, 0), (hit // cols + t[1], hit % cols + t[3])
         fi = _occupied(fi)
         known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
-        if compact:
-            part = gather_tile(scr, wb, faces, fi, (0, 0), (hit // cols + t[1], hit % cols + t[3]), known)
-            part = dataclasses.replace(part, alpha=part_alpha.view(1, -1, 1, 1))
-        else:
-            part = dataclasses.replace(gather_tile(scr, wb, faces, fi, (t[1], t[3]), known=known), alpha=alpha)
+        part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
         image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background,
                                             settings, blend_settings, zr[None])
         if not compact:

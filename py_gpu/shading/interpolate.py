@@ -114,11 +114,11 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     dtype = torch.promote_types(values.dtype, bary.dtype)
     if faces.shape[0] == 0:  # nothing to interpolate: every fragment is empty
         return torch.zeros(B, H, W, K, C, dtype=dtype, device=face_index.device)
-    V = values.shape[1]
-    flat = values.to(dtype).expand(B, -1, -1).reshape(B * V, C)  # one row per vertex of every element
+    Bv, V = values.shape[:2]
+    flat = values.to(dtype).reshape(Bv * V, C)  # one row per vertex (of every element when Bv = B)
     fi = face_index.reshape(-1)
     corner = faces.index_select(0, fi.clamp(min=0)).view(B, -1, 3)  # vertex ids
-    if B > 1:
+    if Bv > 1:
         corner = corner + (torch.arange(B, device=corner.device) * V)[:, None, None]
     corner = corner.reshape(-1, 3).t()  # [3, B*H*W*K]
     w = bary.to(dtype).reshape(-1, 3)
