@@ -155,6 +155,44 @@ def test_render_tiles_match_one_tile(clip, colors, tiles_seen, monkeypatch):
             assert torch.allclose(a, b, rtol=GRAD_TOL, atol=GRAD_TOL)
 
 
+@pytest.mark.parametrize("spread", [False, True], ids=["corner", "whole-frame"])
+def test_render_runs_tiles_with_autograd_when_the_filled_slots_fit(spread, tiles_seen, monkeypatch):
+    """A plan that keeps the face indices but is not ``direct`` (it counts every slot of every
+    pixel) selects every tile first; when the slots the tiles fill fit, the tiles then run with
+    autograd on, once (faces in a corner of the frame), and otherwise through the tile-by-tile
+    backward pass (faces everywhere). Either way: the frame and gradients of one tile."""
+    size = (40, 48)
+    base = scene(4, size=size if spread else (10, 12))  # the corner scene reaches about 16 x 18 px
+    ran = []
+    original = torch_soft.TileLoop.forward_direct
+
+    def spy(self, inputs, chosen=None):
+        ran.append(chosen is not None)
+        return original(self, inputs, chosen)
+
+    monkeypatch.setattr(torch_soft.TileLoop, "forward_direct", spy)
+    results = []
+    for budget in (BIG, 16_000_000):
+        tiles_seen.clear()
+        ran.clear()
+        batch, params = leaves(base)
+        frame = py_gpu.render(batch, size, mode="soft", sigma=2.0, faces_per_pixel=5, memory_budget=budget)
+        outs = [frame.image, frame.alpha]
+        results.append((frame, torch.autograd.grad(outs, params, upstream(outs)), tiles_seen[0][0], list(ran),
+                        len(tiles_seen)))
+    (one, g_one, p_one, ran_one, _), (tiled, g_tiled, plan, ran_tiled, selected) = results
+    assert p_one.direct and ran_one == [False]
+    assert not plan.direct and plan.keep_index and len(plan.tiles) > 2
+    assert selected == len(plan.tiles)  # each tile selected once, before any tile ran
+    assert ran_tiled == ([] if spread else [True])
+    for name in ("image", "alpha", "depth", "face_index"):
+        assert torch.equal(getattr(one, name), getattr(tiled, name)), name
+    assert float(one.alpha.detach().mean()) > (0.3 if spread else 0.02)
+    for a, b in zip(g_one, g_tiled):
+        assert a.abs().max() > 1e-3
+        assert torch.allclose(a, b, rtol=GRAD_TOL, atol=GRAD_TOL)
+
+
 def test_shade_soft_tiles_match_whole_frame_composite():
     """Blending given fragments tile by tile (the front end's path after near-plane clipping)
     gives the whole-frame composite's values and gradients."""

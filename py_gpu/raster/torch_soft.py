@@ -1096,7 +1096,10 @@ class TileLoop:
     tiles' input gradients are summed in tile order. So autograd keeps only the inputs and the
     face indices: ``index_out``, or with ``plan.keep_index`` a compact copy of each tile's, or
     nothing, and then ``index_fn`` runs again. When what autograd would save for all tiles fits
-    the budget (``plan.direct``, small calls), the tiles simply run with autograd on instead.
+    the budget, the tiles simply run with autograd on instead: ``plan.direct`` (small calls), or,
+    when the plan keeps the face indices, if the slots the tiles fill once every tile's faces are
+    selected fit (:meth:`_fits_direct`; the plan counts every slot of every pixel, while faces
+    often reach only part of the frame).
     """
 
     def __init__(self, plan: SoftPlan, index_fn: IndexFn, tile_fn: TileFn, outputs: Sequence[torch.Tensor], *,
@@ -1106,24 +1109,42 @@ class TileLoop:
         self.index_out = index_out
         self.per_pixel = tuple(per_pixel)
         self.kept: list[torch.Tensor] = []
+        self.preselected = False  # ``kept`` holds every tile's faces, selected before any tile ran
 
     def __call__(self, *inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
             if self.plan.direct:
                 return self.forward_direct(inputs)
+            if self.plan.keep_index and self.index_out is None:
+                self.kept, self.preselected = [_compact(self.index_fn(tile)) for tile in self.plan.tiles], True
+                if self._fits_direct(self.kept):
+                    return self.forward_direct(inputs, self.kept)
             return _TileFunction.apply(self, *inputs)
         with torch.no_grad():
             self.forward(inputs, keep=False)
         return self.results()
 
-    def forward_direct(self, inputs) -> tuple[torch.Tensor, ...]:
-        """Evaluate every tile with autograd on (``plan.direct``: what it saves fits the budget)."""
+    def _fits_direct(self, chosen: Sequence[torch.Tensor]) -> bool:
+        """Whether what autograd saves for the tiles' selected faces ``chosen`` fits the budget as
+        :func:`plan_tiles` requires of ``direct`` (half of what the fixed part leaves), counting
+        only the slots the tiles fill: a tile function works on the pixels some face reaches and
+        on the K slots the deepest of them uses (one host synchronization per tile)."""
+        plan = self.plan
+        slots = 0
+        for fi in chosen:
+            filled = (fi >= 0).sum(-1)  # [rows, cols] slots each pixel uses
+            slots += int((filled > 0).sum()) * int(filled.max()) if fi.numel() else 0
+        return slots * (8 + plan.slot_bytes) <= (plan.budget - plan.fixed) // 2
+
+    def forward_direct(self, inputs, chosen: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+        """Evaluate every tile with autograd on (what it saves fits the budget: ``plan.direct``, or
+        :meth:`_fits_direct` for the tiles' faces ``chosen`` already selected)."""
         tiles = self.plan.tiles
         whole = len(tiles) == 1 and self.outputs[0].shape[0] == 1
         outputs = self.outputs
-        for tile in tiles:
+        for t, tile in enumerate(tiles):
             b, r0, r1, c0, c1 = tile
-            fi = self.index_fn(tile)
+            fi = self.index_fn(tile) if chosen is None else chosen[t].long()
             if self.index_out is not None:
                 self.index_out[b, r0:r1, c0:c1] = fi
             values = self.tile_fn(tile, fi, *self.tile_inputs(inputs, tile))
@@ -1154,12 +1175,15 @@ class TileLoop:
     def forward(self, inputs, keep: bool) -> None:
         """Evaluate every tile (no autograd) into the outputs; with ``keep``, remember what the
         backward pass needs."""
-        for tile in self.plan.tiles:
+        chosen = self.kept if keep and self.preselected else None  # selected by __call__
+        if keep and chosen is None:
+            self.kept = []
+        for t, tile in enumerate(self.plan.tiles):
             b, r0, r1, c0, c1 = tile
-            fi = self.index_fn(tile)  # [rows, cols, K]
+            fi = self.index_fn(tile) if chosen is None else chosen[t].long()  # [rows, cols, K]
             if self.index_out is not None:
                 self.index_out[b, r0:r1, c0:c1] = fi
-            elif keep and self.plan.keep_index:
+            elif keep and self.plan.keep_index and chosen is None:
                 self.kept.append(_compact(fi))
             values = self.tile_fn(tile, fi, *self.tile_inputs(inputs, tile))
             for out, value in zip(self.outputs, values):
@@ -1222,7 +1246,6 @@ class _TileFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, loop: TileLoop, *inputs):
         ctx.set_materialize_grads(False)
-        loop.kept = []
         loop.forward(inputs, keep=True)
         ctx.loop = loop
         ctx.save_for_backward(*inputs)
