@@ -304,6 +304,8 @@ class SoftPlan:
         budget: ``memory_budget``, bytes.
         fixed: bytes held for the whole call (one element's face table, the kept indices).
         slot_bytes: the tile function's bytes per K slot (forward with autograd, and backward).
+        filled_bytes: the part of ``slot_bytes`` taken only by slots a face fills (the rest is taken
+            by every slot of the pixels a tile function works on; see :meth:`TileLoop._fits_direct`).
         select_bytes: the selection's bytes per K slot (0 without selection).
         fragment_bytes: bytes per candidate fragment of a span chunk.
         returned: bytes of the tensors the call returns (on top of the budget).
@@ -322,6 +324,7 @@ class SoftPlan:
     select_bytes: int
     fragment_bytes: int
     returned: int
+    filled_bytes: int = 0
 
     def working_set(self, tile: tuple[int, int, int, int, int]) -> int:
         """Estimated peak bytes while ``tile`` runs (the returned tensors aside): the fixed part,
@@ -337,13 +340,14 @@ class SoftPlan:
 
 def plan_tiles(where: str, *, batch: int, size: tuple[int, int], faces: int, faces_per_pixel: int,
                dtype: torch.dtype, budget: int, slot_bytes: int, returned: int, select: bool = True,
-               keep_bytes: int = 0) -> SoftPlan:
+               keep_bytes: int = 0, filled_bytes: int = 0) -> SoftPlan:
     """Cut a ``batch x H x W`` soft-mode call into tiles that fit ``budget``: bands of rows, or
     pieces of a row when one row does not fit.
 
     Args:
         where: the public function's name, for messages.
         slot_bytes: the tile function's working bytes per K slot (see :meth:`SoftPlan.working_set`).
+        filled_bytes: the part of ``slot_bytes`` that only filled slots take (see :class:`SoftPlan`).
         returned: bytes of the tensors the call returns; at most ``RETURNED_PER_BUDGET * budget``.
         select: whether tiles select their faces (:class:`FaceSelector`); else the face indices
             are given (shading existing fragments).
@@ -404,7 +408,7 @@ def plan_tiles(where: str, *, batch: int, size: tuple[int, int], faces: int, fac
     tiles = tuple((b, r0, min(height, r0 + rows), c0, min(width, c0 + cols))
                   for b in range(batch) for r0 in range(0, height, rows) for c0 in range(0, width, cols))
     return SoftPlan(tiles, K, max_frags, max_spans, direct, keep, keep_bytes if keep else 0, budget, fixed, slot_bytes,
-                    select_bytes, frag, returned)
+                    select_bytes, frag, returned, min(filled_bytes, slot_bytes))
 
 
 def _fmt(n: int) -> str:
@@ -1127,14 +1131,20 @@ class TileLoop:
     def _fits_direct(self, chosen: Sequence[torch.Tensor]) -> bool:
         """Whether what autograd saves for the tiles' selected faces ``chosen`` fits the budget as
         :func:`plan_tiles` requires of ``direct`` (half of what the fixed part leaves), counting
-        only the slots the tiles fill: a tile function works on the pixels some face reaches and
-        on the K slots the deepest of them uses (one host synchronization per tile)."""
+        only the slots the tiles use: a tile function works on the pixels some face reaches and
+        on the K slots the deepest of them uses, and its per-fragment part
+        (``plan.filled_bytes`` of ``plan.slot_bytes``) only on the filled ones (one host
+        synchronization per tile)."""
         plan = self.plan
-        slots = 0
+        dense = plan.slot_bytes - plan.filled_bytes
+        need = 0
         for fi in chosen:
-            filled = (fi >= 0).sum(-1)  # [rows, cols] slots each pixel uses
-            slots += int((filled > 0).sum()) * int(filled.max()) if fi.numel() else 0
-        return slots * (8 + plan.slot_bytes) <= (plan.budget - plan.fixed) // 2
+            if fi.numel() == 0:
+                continue
+            counts = (fi >= 0).sum(-1)  # [rows, cols] slots each pixel fills
+            used, filled = torch.stack([(counts > 0).sum() * counts.max(), counts.sum()]).tolist()
+            need += used * (8 + dense) + filled * plan.filled_bytes
+        return need <= (plan.budget - plan.fixed) // 2
 
     def forward_direct(self, inputs, chosen: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
         """Evaluate every tile with autograd on (what it saves fits the budget: ``plan.direct``, or
