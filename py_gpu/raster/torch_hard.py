@@ -399,7 +399,8 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
                 parts.append(t[:2])
             del t
         order = torch.sort(zmin.float(), stable=True).indices
-        g_all, box_all, nrows, est = g_all[order], box_all[:, order], nrows[order], est[order]
+        g_all, nrows, est = (t.index_select(0, order) for t in (g_all, nrows, est))
+        box_all = box_all.index_select(1, order)
         if keep_tables:
             consts = torch.cat([c for c, _ in parts]) if len(parts) > 1 else parts[0][0]
             edge_tab = torch.cat([e for _, e in parts]) if len(parts) > 1 else parts[0][1]
