@@ -121,12 +121,15 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     if Bv > 1:
         corner = corner + (torch.arange(B, device=corner.device) * V)[:, None, None]
     corner = corner.reshape(-1, 3).t()  # [3, B*H*W*K]
-    w = bary.to(dtype).reshape(-1, 3)
-    # rows gathered whole (index_select): faster than an element-wise gather of expanded indices
-    value = w[:, 0:1] * flat.index_select(0, corner[0]) + w[:, 1:2] * flat.index_select(0, corner[1]) \
-        + w[:, 2:3] * flat.index_select(0, corner[2])
-    value = torch.where((fi >= 0)[:, None], value, torch.zeros((), dtype=dtype, device=value.device))
-    return value.view(B, H, W, K, C)
+    # channel-major: each channel's values gathered along a row ([C, V] -> [C, N]) and weighted by a
+    # contiguous [N] row of barycentrics (a [N, 1] * [N, C] broadcast over a short last dim ran
+    # about 1.7x slower forward + backward); the same products and sums, so the same bits
+    table = flat.t().contiguous()  # [C, V]
+    w = bary.to(dtype).reshape(-1, 3).t()  # [3, N]
+    value = w[0] * table.index_select(1, corner[0]) + w[1] * table.index_select(1, corner[1]) \
+        + w[2] * table.index_select(1, corner[2])
+    value = torch.where(fi >= 0, value, torch.zeros((), dtype=dtype, device=value.device))
+    return value.t().contiguous().view(B, H, W, K, C)
 
 
 def gather_face(values: torch.Tensor, face_index: torch.Tensor) -> torch.Tensor:
