@@ -278,12 +278,17 @@ def _select_bytes_per_slot(dtype: torch.dtype) -> int:
     return 12 * _item(dtype) + 136
 
 
-def gather_bytes_per_slot(dtype: torch.dtype, clip_space: bool) -> int:
+def gather_bytes_per_slot(dtype: torch.dtype, clip_space: bool, filled_only: bool = False) -> int:
     """Bytes per K slot of a tile in step 4 with autograd on, and its backward pass: the
     per-fragment geometry (about 60 temporaries saved for backward, and their gradients), the
     scattered ``[rows, W, K]`` results and the slot and vertex indices. Measured (every slot
-    filled, forward and backward): about 880 B in float32 and 1,560 B in float64."""
-    return (165 + (30 if clip_space else 0)) * _item(dtype) + 200
+    filled, forward and backward): about 880 B in float32 and 1,560 B in float64.
+
+    With ``filled_only``, the part only filled slots take: all but the scattered results (bary,
+    depth and dist, and screen_bary for clip-space input) and their gradients, which every slot
+    of the tile takes."""
+    total = (165 + (30 if clip_space else 0)) * _item(dtype) + 200
+    return total - 2 * (8 if clip_space else 5) * _item(dtype) if filled_only else total
 
 
 @dataclass(frozen=True)

@@ -162,8 +162,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     def plan_for(budget: int):
         return plan_tiles("render (soft)", batch=B, size=(H, W), faces=F, faces_per_pixel=K, dtype=dtype,
                           budget=budget, slot_bytes=gather_bytes_per_slot(dtype, clip) + shade_bytes_per_slot(dtype, C),
-                          # a filled slot's geometry; its 5 scattered outputs (and their gradients) are dense
-                          filled_bytes=gather_bytes_per_slot(dtype, clip) - 10 * (torch.finfo(dtype).bits // 8),
+                          filled_bytes=gather_bytes_per_slot(dtype, clip, filled_only=True),
                           returned=_frame_bytes(B, H, W, C, dtype), keep_bytes=B * H * W * K * 4)
 
     plan, room = plan_with_room(plan_for, settings.memory_budget, torch.is_grad_enabled() and screen.requires_grad)
