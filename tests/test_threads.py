@@ -87,3 +87,63 @@ def test_bad_policies_are_refused(bad, err):
 def test_environment_sets_the_policy():
     code = "import py_gpu; assert py_gpu.get_threads() == 3, py_gpu.get_threads()"
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PY_GPU_THREADS="3"), timeout=120)
+
+
+class _FakeLibc:
+    def __init__(self, result=1):
+        self.calls, self.result = [], result
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return self.result
+
+
+@pytest.fixture
+def fresh_heap(monkeypatch):
+    """A process state in which py_gpu has not made its first CPU call yet, with a fake glibc."""
+    libc = _FakeLibc()
+    monkeypatch.setattr(_runtime, "_HEAP", {"applied": None})
+    monkeypatch.setattr(_runtime, "_glibc", lambda: libc)
+    monkeypatch.delenv("PY_GPU_HEAP_PAD", raising=False)
+    return libc
+
+
+def test_the_first_cpu_call_sets_the_heap_pad_once(fresh_heap):
+    py_gpu.render(TRI, (8, 8), backend="torch")
+    py_gpu.render(TRI, (8, 8), backend="torch")
+    assert fresh_heap.calls == [(-2, _runtime.HEAP_PAD)]  # M_TOP_PAD, once per process
+    assert _runtime.tune_heap() == _runtime.HEAP_PAD == 64 << 20
+
+
+@pytest.mark.parametrize("env, calls, applied", [("0", [], 0), ("12345", [(-2, 12345)], 12345)])
+def test_the_environment_sizes_or_disables_the_heap_pad(fresh_heap, monkeypatch, env, calls, applied):
+    monkeypatch.setenv("PY_GPU_HEAP_PAD", env)
+    assert _runtime.tune_heap() == applied
+    assert fresh_heap.calls == calls
+
+
+@pytest.mark.parametrize("bad", ["-1", "64M", "1e6", str(2**31)])
+def test_a_bad_heap_pad_is_refused(fresh_heap, monkeypatch, bad):
+    monkeypatch.setenv("PY_GPU_HEAP_PAD", bad)
+    with pytest.raises(py_gpu.PyGpuValueError, match="PY_GPU_HEAP_PAD"):
+        py_gpu.render(TRI, (8, 8), backend="torch")
+    assert fresh_heap.calls == []
+
+
+def test_other_c_libraries_and_refusals_leave_the_heap_alone(fresh_heap, monkeypatch):
+    monkeypatch.setattr(_runtime, "_glibc", lambda: None)  # macOS, Windows, musl
+    assert _runtime.tune_heap() == 0
+    monkeypatch.setattr(_runtime, "_HEAP", {"applied": None})
+    refusing = _FakeLibc(result=0)
+    monkeypatch.setattr(_runtime, "_glibc", lambda: refusing)
+    assert _runtime.tune_heap() == 0 and refusing.calls == [(-2, _runtime.HEAP_PAD)]
+
+
+@pytest.mark.skipif(_runtime._glibc() is None, reason="glibc only")
+def test_glibc_accepts_the_heap_pad_in_a_fresh_process():
+    code = ("import torch, py_gpu; from py_gpu import _runtime; assert _runtime._HEAP['applied'] is None; "
+            "py_gpu.render(py_gpu.TriangleBatch(torch.tensor([[[1.0, 1, 0.5], [7, 2, 0.5], [2, 7, 0.5]]]), "
+            "torch.tensor([[0, 1, 2]])), (8, 8), backend='torch'); "
+            "assert _runtime._HEAP['applied'] == 64 << 20, _runtime._HEAP")
+    env = {k: v for k, v in os.environ.items() if k != "PY_GPU_HEAP_PAD"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
