@@ -162,6 +162,30 @@ def test_tiny_memory_budget_renders_the_same(device):
                        _reference_frame_uint8(batch, size))
 
 
+def test_sorted_chunks_reject_hidden_bands_exactly(device, monkeypatch):
+    """High overdraw takes the front-to-back path, whose later chunks skip the bands of rows (rows
+    within one row of 8x8 tiles) hidden behind what is drawn: two images of 400 overlapping faces
+    each, at a size that is no multiple of 8, against the reference."""
+    from py_gpu.raster import torch_hard
+
+    size = (50, 74)
+    one, two = (seed_fixture(400, size[1], size[0], seed=s).to_triangle_batch() for s in (3, 4))
+    batch = TriangleBatch(torch.cat([one.vertices, two.vertices]), one.faces)
+    kept = []
+    original = torch_hard._Buffers.visible_bands
+
+    def spy(self, *args):
+        out = original(self, *args)
+        kept.append(out[3])
+        return out
+
+    monkeypatch.setattr(torch_hard._Buffers, "visible_bands", spy)
+    monkeypatch.setattr(torch_hard, "_CHUNK_FRAGMENTS", 4096)  # several chunks at this small size
+    got = rasterize_hard(batch.to(device), size, RasterSettings())
+    _assert_same_fragments(got, rasterize_reference(batch, size), exact_floats=device.type != "mps")
+    assert len(kept) >= 3 and min(kept) < 0.5  # later chunks ran, and most of their bands were hidden
+
+
 def test_forward_is_deterministic(device):
     batch = seed_fixture(2000).to_triangle_batch(device=device)
     a = rasterize_hard(batch, SEED_SIZE, RasterSettings())

@@ -10,8 +10,9 @@ Two stages:
      degenerate, culled and off-screen faces, compute each live face's pixel bounding box.
    - When the estimated overdraw is high, live faces are sorted front to back by a
      conservative nearest depth ``zmin``; chunks of them are then drawn in that order, and
-     before a chunk is expanded a max-depth pyramid of the depth buffer rejects faces lying
-     behind everything already drawn over their whole bounding box. (Low overdraw: one pass.)
+     before a chunk is expanded the max depth of each 8x8 tile of the depth buffer rejects the
+     bands of a face's rows (its rows within one row of tiles) that lie behind everything
+     already drawn over the face's columns. (Low overdraw: one pass.)
    - Each face expands into its pixel rows; per (face, row) the three integer edge
      inequalities are solved for the exact covered column span, tie rule included, so work
      scales with the fragments, never with ``F * H * W``.
@@ -49,7 +50,7 @@ from ..settings import RasterSettings
 from .rule import HALF_PIXEL, SUBPIXEL
 
 # Bytes of temporaries per unit of work, used to size chunks from ``memory_budget``.
-_BYTES_PER_PIXEL = 24  # depth buffer (8) + face buffer (8) + pyramid / scratch
+_BYTES_PER_PIXEL = 24  # depth buffer (8) + face buffer (8) + tile summaries / scratch
 _BYTES_PER_LIVE_FACE = 96  # kept for every live face: id, zmin, bbox, sort keys
 _BYTES_PER_SETUP_FACE = 640  # setup temporaries per face of a block
 _BYTES_PER_FACE_TABLES = 232  # per-face tables kept for all live faces when sorting (optional)
@@ -73,7 +74,7 @@ _MAX_GROW = 16.0
 #: the 360x240 demo frame, 35 ms against 27 ms).
 _ONE_PASS_CPU_LANES = 1 << 17
 _TILE_BITS = 3
-_TILE = 1 << _TILE_BITS  # pixels per run of the row summary; side of the pyramid's finest tile
+_TILE = 1 << _TILE_BITS  # pixels per run of the row summary; side of a summary tile
 
 
 def compute_dtype(device: torch.device) -> torch.dtype:
@@ -279,42 +280,37 @@ class _Buffers:
 
     def summarize(self) -> None:
         """Refresh the max-depth summaries from the depth buffer (between chunks)."""
-        B, Hp, Wp = self.B, self.Hp, self.Wp
         #: float [B*Hp*(Wp/8)]: max depth over each run of 8 pixels of a row
         self.row_max = self.depth.view(-1, _TILE).amax(1)
-        lvl = self.row_max.view(B, Hp // _TILE, _TILE, Wp // _TILE).amax(2)  # [B, h, w] 8x8 tiles
-        levels = [lvl]
-        while lvl.shape[1] > 1 or lvl.shape[2] > 1:
-            lvl = torch.nn.functional.max_pool2d(lvl[:, None], 2, 2, ceil_mode=True)[:, 0]
-            levels.append(lvl)
-        self.pyramid = torch.cat([level.reshape(-1) for level in levels])
-        if hasattr(self, "level_h"):  # the level layout is the same at every refresh
-            return
-        sizes = [(level.shape[1], level.shape[2]) for level in levels]
-        offs, o = [], 0
-        for h, w in sizes:
-            offs.append(o)
-            o += B * h * w
-        dev = self.depth.device
-        self.level_offset = torch.tensor(offs, device=dev)
-        self.level_h = torch.tensor([h for h, _ in sizes], device=dev)
-        self.level_w = torch.tensor([w for _, w in sizes], device=dev)
-        self.top = len(levels) - 1
+        #: float [B*(Hp/8)*(Wp/8)]: max depth over each 8x8 tile
+        self.tile_max = self.row_max.view(-1, _TILE, self.Wp >> _TILE_BITS).amax(1).reshape(-1)
 
-    def box_max(self, b, r0, r1, c0, c1) -> torch.Tensor:
-        """Upper bound of the depth over each pixel box ``[r0, r1] x [c0, c1]`` of image ``b``."""
-        extent = torch.maximum(r1 - r0, c1 - c0) + 1
-        # level L has tiles of 8 * 2**L px; with a tile at least as big as the box, the box
-        # touches at most 2 x 2 tiles
-        lvl = torch.ceil(torch.log2(extent.float() / _TILE)).clamp(0, self.top).long()
-        h, w = self.level_h[lvl], self.level_w[lvl]
-        base = self.level_offset[lvl] + b * h * w
-        shift = lvl + _TILE_BITS
-        tr0, tr1, tc0, tc1 = r0 >> shift, r1 >> shift, c0 >> shift, c1 >> shift
-        f = self.pyramid
-        take = lambda i: f.index_select(0, i)  # noqa: E731
-        return torch.maximum(torch.maximum(take(base + tr0 * w + tc0), take(base + tr0 * w + tc1)),
-                             torch.maximum(take(base + tr1 * w + tc0), take(base + tr1 * w + tc1)))
+    def visible_bands(self, b, r0, r1, c0, c1, zmin):
+        """The bands of faces (pixel boxes ``[r0, r1] x [c0, c1]`` of images ``b``, nearest depth
+        ``zmin``) that may show: a band is a face's rows within one row of 8x8 tiles, hidden when
+        every tile it touches lies nearer than ``zmin``. Returns ``(face, first, count, kept)``:
+        per visible band its face (index into the inputs), first row and row count, and the
+        fraction of bands kept."""
+        dev = b.device
+        tr0, tr1 = r0 >> _TILE_BITS, r1 >> _TILE_BITS
+        nb = tr1 - tr0 + 1  # bands per face
+        tc0, nt = c0 >> _TILE_BITS, (c1 >> _TILE_BITS) - (c0 >> _TILE_BITS) + 1  # first tile, tiles per band
+        n_bands, n_tiles = torch.stack([nb.sum(), (nb * nt).sum()]).tolist()
+        face = torch.repeat_interleave(torch.arange(nb.numel(), device=dev), nb, output_size=n_bands)
+        band_row = (tr0 - (torch.cumsum(nb, 0) - nb)).index_select(0, face) + torch.arange(n_bands, device=dev)
+        nt_band = nt.index_select(0, face)
+        tile_band = torch.repeat_interleave(torch.arange(n_bands, device=dev), nt_band, output_size=n_tiles)
+        wt = self.Wp >> _TILE_BITS
+        first_tile = (b.index_select(0, face) * (self.Hp >> _TILE_BITS) + band_row) * wt + tc0.index_select(0, face)
+        tile = (first_tile - (torch.cumsum(nt_band, 0) - nt_band)).index_select(0, tile_band) \
+            + torch.arange(n_tiles, device=dev)
+        band_max = torch.full((n_bands,), -math.inf, dtype=self.depth.dtype, device=dev)
+        band_max.scatter_reduce_(0, tile_band, self.tile_max.index_select(0, tile), reduce="amax")
+        vis = (band_max >= zmin.index_select(0, face)).nonzero().squeeze(1)
+        face, band_row = face.index_select(0, vis), band_row.index_select(0, vis)
+        first = torch.maximum(r0.index_select(0, face), band_row << _TILE_BITS)
+        last = torch.minimum(r1.index_select(0, face), (band_row << _TILE_BITS) + (_TILE - 1))
+        return face, first, last - first + 1, vis.numel() / max(n_bands, 1)
 
     def crop(self, t: torch.Tensor) -> torch.Tensor:
         """``[..., B*Hp*Wp]`` -> ``[..., B, H, W]``, the image part."""
@@ -508,30 +504,27 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
           reject: bool) -> float:
     """Rasterize global faces ``g [n]`` with pixel boxes ``box [4, n]`` and per-face ``tables``
     (:func:`_face_tables`) into ``buf``: rows ``row_offset`` .. ``+ row_count`` of each face's
-    box, or all of them. With ``reject``, faces and runs hidden behind the buffer are skipped.
-    Returns the fraction of faces not rejected by their bounding box."""
+    box, or all of them. With ``reject``, bands of rows and runs hidden behind the buffer are
+    skipped. Returns the fraction of the faces' bands not rejected."""
     dev = g.device
-    n_in = g.numel()
     consts, edge_tab, zmin = tables  # [n, 16], [n, 12], [n]
     r0, r1, c0, c1 = box
     b = scene.image_of(g)
-    if reject:  # faces hidden over their whole box
-        vis = (zmin <= buf.box_max(b, r0, r1, c0, c1)).nonzero().squeeze(1)
-        if vis.numel() == 0:
+    if reject:  # only the bands of rows that may show
+        owner, first, counts, kept = buf.visible_bands(b, r0, r1, c0, c1, zmin)
+        if owner.numel() == 0:
             return 0.0
-        if vis.numel() != n_in:
-            g, zmin, b, r0, r1, c0, c1 = _take((g, zmin, b, r0, r1, c0, c1), vis)
-            consts, edge_tab = consts.index_select(0, vis), edge_tab.index_select(0, vis)
-    kept = g.numel() / n_in
-    first = r0 + row_offset
-    counts = r1 - first + 1
-    if row_count is not None:
-        counts = counts.clamp(max=row_count)
+    else:
+        owner, first, kept = None, r0 + row_offset, 1.0
+        counts = r1 - first + 1
+        if row_count is not None:
+            counts = counts.clamp(max=row_count)
     # (face, row) spans and their exact covered columns
     n_spans = int(counts.sum())
-    span_face = torch.repeat_interleave(torch.arange(g.numel(), device=dev), counts, output_size=n_spans)
+    span_owner = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts, output_size=n_spans)
     span_start = torch.cumsum(counts, 0) - counts
-    rows = (first - span_start).index_select(0, span_face) + torch.arange(n_spans, device=dev)
+    rows = (first - span_start).index_select(0, span_owner) + torch.arange(n_spans, device=dev)
+    span_face = span_owner if owner is None else owner.index_select(0, span_owner)
     edges = edge_tab.index_select(0, span_face).unbind(1)  # 12 x [S]
     s0, s1 = _row_spans(edges, rows, c0.index_select(0, span_face), c1.index_select(0, span_face))
     del edges
