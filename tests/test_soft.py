@@ -204,6 +204,39 @@ def test_chunked_mesh_matches_one_chunk(device):
     assert one.mask.sum(-1).max() == 4  # K is saturated somewhere: the merge across chunks mattered
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["slanted", "coplanar"])
+def test_fragments_beaten_by_the_kth_slot_are_dropped_without_changing_the_selection(monkeypatch, device, flat):
+    """Chunks after the first drop the fragments no nearer than their pixel's K-th kept slot
+    before sorting (ties included: the kept face has the lower index). Many are dropped, and
+    the fragments equal the one-chunk selection's and the oracle's."""
+    import py_gpu.raster.torch_soft as soft_mod
+
+    seen = {"in": 0, "live": 0}
+    real = soft_mod._not_beaten
+
+    def spy(pix, z, K, best_depth, best_face):
+        live = real(pix, z, K, best_depth, best_face)
+        seen["in"] += pix.numel()
+        seen["live"] += live.numel()
+        return live
+
+    monkeypatch.setattr(soft_mod, "_not_beaten", spy)
+    if flat:
+        batch = grid_fixture(n=4, width=24, height=24)  # coplanar: every depth is 0.5
+        s = soft(faces_per_pixel=3, sigma=4.0, memory_budget=100_000)
+    else:
+        batch = mesh_fixture("icosphere", 320, 32, 32, dtype=torch.float64, tilt=1.1)
+        s = soft(sigma=0.8, faces_per_pixel=3, memory_budget=150_000)
+    size = (24, 24) if flat else (32, 32)
+    fast = on_cpu(rasterize_soft(batch.to(device, float64_on(device)), size, s))
+    assert seen["in"] > 0 and seen["live"] < 0.8 * seen["in"]  # several chunks, and the filter bites
+    one = on_cpu(rasterize_soft(batch.to(device, float64_on(device)), size, soft(
+        sigma=s.sigma, faces_per_pixel=s.faces_per_pixel)))
+    assert torch.equal(fast.face_index, one.face_index)
+    assert torch.equal(fast.dist, one.dist) and torch.equal(fast.alpha, one.alpha)
+    assert_fragments_match(fast, rasterize_soft_oracle(batch, size, s), 1e-5)
+
+
 def test_mesh_top_k_matches_oracle(device, dtype):
     """A closed mesh (front and back faces overlap everywhere), K smaller than the faces reaching a
     pixel, several chunks; float32 ranks with the packed int64 key, float64 with two sorts."""

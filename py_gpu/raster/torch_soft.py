@@ -905,8 +905,19 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
 def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fresh: bool) -> None:
     """Step 3 for a chunk's reached fragments (tile pixel ``pix``, depth ``z``, face ``fid`` and
     optionally distance ``d``, ``[N]`` each, in face order): each pixel's K nearest by (depth,
-    face), merged into the ``[pixels, K]`` buffers ``best_*`` (``best_dist`` with ``d`` only)."""
+    face), merged into the ``[pixels, K]`` buffers ``best_*`` (``best_dist`` with ``d`` only).
+
+    Earlier chunks hold smaller face indices than this one (chunks come in face order, and a
+    face has one candidate per pixel), so a fragment no nearer than its pixel's K-th kept slot
+    loses to it on ``(depth, face)``: such fragments are dropped before the sort."""
     device = pix.device
+    if not fresh:
+        live = _not_beaten(pix, z, K, best_depth, best_face)
+        if live.numel() == 0:
+            return
+        if live.numel() < pix.numel():
+            pix, z, fid = (t.index_select(0, live) for t in (pix, z, fid))
+            d = None if d is None else d.index_select(0, live)
     if z.dtype == torch.float32:
         # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
         # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
@@ -937,6 +948,16 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
     o = _merge_order(both[0], both[1])[:, :K]
     for buf, merged in zip(buffers, both):
         buf.index_copy_(0, touched, merged.gather(1, o))
+
+
+def _not_beaten(pix, z, K: int, best_depth, best_face) -> torch.Tensor:
+    """int64 ``[M]``: the fragments (tile pixel ``pix``, depth ``z``, ``[N]`` each, of a chunk
+    after the first) that may still enter their pixel's K nearest: nearer than its K-th kept
+    slot, or at a pixel with an empty K-th slot. (At equal depth the kept face, from an earlier
+    chunk, has the lower index and wins.)"""
+    kth = best_depth[:, K - 1].index_select(0, pix)
+    full = best_face[:, K - 1].index_select(0, pix) >= 0
+    return torch.nonzero((z < kth) | ~full).squeeze(1)
 
 
 def _ordered_bits(z: torch.Tensor) -> torch.Tensor:
