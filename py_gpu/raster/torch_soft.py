@@ -20,7 +20,9 @@ working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
    ``plan.max_frags`` candidate fragments; each chunk is evaluated as one flat vector of
    candidates (no padding to the widest span).
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
-   and the first K are merged into the tile's running per-pixel top-K buffer.
+   and the first K are merged into the tile's running per-pixel top-K buffer. Chunks after the
+   first drop, before ranking, the fragments no nearer than their pixel's K-th kept slot (they
+   lose to it: chunks come in face order).
 4. **Recompute.** The winners' distance, barycentrics and depth are evaluated once more, only for
    the tile's non-empty K slots (:func:`gather_tile`).
 
