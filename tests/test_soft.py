@@ -222,16 +222,17 @@ def test_fragments_beaten_by_the_kth_slot_are_dropped_without_changing_the_selec
 
     monkeypatch.setattr(soft_mod, "_not_beaten", spy)
     if flat:
-        batch = grid_fixture(n=4, width=24, height=24)  # coplanar: every depth is 0.5
+        batch, size = grid_fixture(n=4, width=24, height=24), (24, 24)  # coplanar: every depth is 0.5
         s = soft(faces_per_pixel=3, sigma=4.0, memory_budget=100_000)
     else:
-        batch = mesh_fixture("icosphere", 320, 32, 32, dtype=torch.float64, tilt=1.1)
+        batch, size = mesh_fixture("icosphere", 320, 32, 32, dtype=torch.float64, tilt=1.1), (32, 32)
         s = soft(sigma=0.8, faces_per_pixel=3, memory_budget=150_000)
-    size = (24, 24) if flat else (32, 32)
-    fast = on_cpu(rasterize_soft(batch.to(device, float64_on(device)), size, s))
+    batch_on = batch.to(device, float64_on(device))
+    fast = on_cpu(rasterize_soft(batch_on, size, s))
     assert seen["in"] > 0 and seen["live"] < 0.8 * seen["in"]  # several chunks, and the filter bites
-    one = on_cpu(rasterize_soft(batch.to(device, float64_on(device)), size, soft(
-        sigma=s.sigma, faces_per_pixel=s.faces_per_pixel)))
+    filtered = seen["in"]
+    one = on_cpu(rasterize_soft(batch_on, size, soft(sigma=s.sigma, faces_per_pixel=s.faces_per_pixel)))
+    assert seen["in"] == filtered  # the default budget holds one chunk: no filter there
     assert torch.equal(fast.face_index, one.face_index)
     assert torch.equal(fast.dist, one.dist) and torch.equal(fast.alpha, one.alpha)
     assert_fragments_match(fast, rasterize_soft_oracle(batch, size, s), 1e-5)

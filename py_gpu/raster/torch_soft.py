@@ -908,10 +908,8 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
     """Step 3 for a chunk's reached fragments (tile pixel ``pix``, depth ``z``, face ``fid`` and
     optionally distance ``d``, ``[N]`` each, in face order): each pixel's K nearest by (depth,
     face), merged into the ``[pixels, K]`` buffers ``best_*`` (``best_dist`` with ``d`` only).
-
-    Earlier chunks hold smaller face indices than this one (chunks come in face order, and a
-    face has one candidate per pixel), so a fragment no nearer than its pixel's K-th kept slot
-    loses to it on ``(depth, face)``: such fragments are dropped before the sort."""
+    After the first chunk, the fragments that cannot enter (:func:`_not_beaten`) are dropped
+    before the sort."""
     device = pix.device
     if not fresh:
         live = _not_beaten(pix, z, K, best_depth, best_face)
@@ -955,8 +953,9 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
 def _not_beaten(pix, z, K: int, best_depth, best_face) -> torch.Tensor:
     """int64 ``[M]``: the fragments (tile pixel ``pix``, depth ``z``, ``[N]`` each, of a chunk
     after the first) that may still enter their pixel's K nearest: nearer than its K-th kept
-    slot, or at a pixel with an empty K-th slot. (At equal depth the kept face, from an earlier
-    chunk, has the lower index and wins.)"""
+    slot, or at a pixel with an empty K-th slot. The others lose to that slot on ``(depth,
+    face)``, ties included: chunks come in face order and a face has one candidate per pixel, so
+    every kept face has a lower index than this chunk's."""
     kth = best_depth[:, K - 1].index_select(0, pix)
     full = best_face[:, K - 1].index_select(0, pix) >= 0
     return torch.nonzero((z < kth) | ~full).squeeze(1)
