@@ -28,6 +28,7 @@ DEVICE_TESTS=(
     tests/test_silhouette.py
     tests/test_soft.py
     tests/test_soft_defaults.py
+    tests/test_soft_pruning.py
     tests/test_texture.py
     tests/test_torch_hard.py
 )

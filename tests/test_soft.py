@@ -214,8 +214,8 @@ def test_fragments_beaten_by_the_kth_slot_are_dropped_without_changing_the_selec
     seen = {"in": 0, "live": 0}
     real = soft_mod._not_beaten
 
-    def spy(pix, z, K, best_depth, best_face):
-        live = real(pix, z, K, best_depth, best_face)
+    def spy(pix, z, fid, K, best_depth, best_face):
+        live = real(pix, z, fid, K, best_depth, best_face)
         seen["in"] += pix.numel()
         seen["live"] += live.numel()
         return live

@@ -16,13 +16,15 @@ working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
    outward by ``r``, can hold (:func:`_reach_lines`): a slanted face's span follows its edges,
    not its box. A face enters only the pixels its blur radius can reach, never the whole frame,
    so the work grows with (faces x pixels inside their blur radius), not ``F * H * W``.
-2. **Chunk.** Consecutive spans (in face order) are grouped into chunks of at most
-   ``plan.max_frags`` candidate fragments; each chunk is evaluated as one flat vector of
-   candidates (no padding to the widest span).
+2. **Chunk.** Consecutive spans, nearest faces first (by their nearest corner's depth), are
+   grouped into chunks of at most ``plan.max_frags`` (and ``_CHUNK_CANDIDATES``) candidate
+   fragments; each chunk is evaluated as one flat vector of candidates (no padding to the
+   widest span). Before a chunk after the first is evaluated, its candidates at pixels that are
+   done are skipped: pixels whose K slots are full and whose silhouette sum is so low that alpha
+   is exactly 1, where a face whose nearest depth lies beyond the K-th slot changes nothing.
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
    and the first K are merged into the tile's running per-pixel top-K buffer. Chunks after the
-   first drop, before ranking, the fragments no nearer than their pixel's K-th kept slot (they
-   lose to it: chunks come in face order).
+   first drop, before ranking, the fragments that lose to their pixel's K-th kept slot.
 4. **Recompute.** The winners' distance, barycentrics and depth are evaluated once more, only for
    the tile's non-empty K slots (:func:`gather_tile`).
 
@@ -521,9 +523,10 @@ class FaceSelector:
     @torch.no_grad()
     def _build(self, b: int):
         """The corners of element ``b``'s faces (``[9, F]``: one row per coordinate, ``x0, y0, z0,
-        x1, ..., z2``, contiguous for gathers) and its live faces (nonzero area, not culled, blur
-        box on screen) in face order, with their pixel ranges (int64 ``[n]`` each) and reach
-        (:func:`_reach_lines`)."""
+        x1, ..., z2``, contiguous for gathers), its live faces (nonzero area, not culled, blur
+        box on screen), nearest first by their nearest corner's depth (then in face order), with
+        their pixel ranges (int64 ``[n]`` each) and reach (:func:`_reach_lines`), and every face's
+        nearest corner depth (``[F]``: no fragment of the face is nearer)."""
         height, width = self.size
         radius = self.settings.blur_radius
         verts = self.screen[b]  # [V, 3]
@@ -536,12 +539,15 @@ class FaceSelector:
         c1 = torch.floor(hi[:, 0] - 0.5).clamp(max=width - 1).long()
         r0 = torch.ceil(lo[:, 1] - 0.5).clamp(min=0).long()
         r1 = torch.floor(hi[:, 1] - 0.5).clamp(max=height - 1).long()
-        live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids, ascending
+        live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids
+        z = tri[..., 2]
+        zmin = torch.minimum(torch.minimum(z[:, 0], z[:, 1]), z[:, 2])  # [F]: no fragment of a face lies nearer
+        live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)  # nearest first
         lines = torch.empty(live.numel(), 3, 3, dtype=torch.float64, device=verts.device)
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
             lines[i:i + _LINE_BLOCK] = _reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius)
         corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
-        return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), lines
+        return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), lines, zmin
 
     def spans(self, tile: Tile):
         """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, n)`` of
@@ -552,7 +558,7 @@ class FaceSelector:
         b, row0, row1, col0, col1 = tile
         if self.faces.shape[0] == 0:
             return
-        tri, live, f_r0, f_r1, f_c0, f_c1, lines = self._table(b)
+        tri, live, f_r0, f_r1, f_c0, f_c1, lines, _ = self._table(b)
         # 1. bin: the live faces whose grown box reaches the tile
         near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
         if near.numel() == 0:
@@ -563,7 +569,7 @@ class FaceSelector:
         n_rows = f_r1.clamp(max=row1 - 1) - top + 1
         left = f_c0.clamp(min=col0)
         n_cols = f_c1.clamp(max=col1 - 1) - left + 1
-        # groups of faces (in face order) with at most max_spans spans each; a face has <= rows spans
+        # groups of faces (nearest first) with at most max_spans spans each; a face has <= rows spans
         ends = torch.cumsum(n_rows, 0)
         lo, n = 0, face.numel()
         bounds = ends.tolist()
@@ -587,9 +593,11 @@ class FaceSelector:
         log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
         terms = _Terms(self.room) if self.room > 0 and tile not in self.kept_terms else None
+        zmin = self._table(b)[-1]
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
-                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist)
+                   log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
+                   hidden=None if i == 0 else _hidden_depth(log_miss, best_depth, best_face), zmin=zmin)
         self._keep_miss(tile, log_miss)
         if terms is not None and terms.used:
             self.kept_terms[tile] = terms.blocks
@@ -607,7 +615,8 @@ class FaceSelector:
     def miss(self, tile: Tile, room: int = 0) -> int:
         """The silhouette's ``sum log(1 - D)`` over the tile's candidates alone, without selecting
         faces (steps 1-2, and of step 3 only the sum; the same values as :meth:`__call__`'s, bit
-        for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`.
+        for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`. A
+        pixel whose sum is below ``-_saturated`` (its alpha is exactly 1) takes no further terms.
 
         The gradient terms (:func:`_miss_terms`) of the candidates, block by block while they fit
         ``room`` bytes, are kept too, for the backward pass (``kept_terms[tile]``: one entry per
@@ -618,7 +627,18 @@ class FaceSelector:
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
         terms = _Terms(room)
-        for tri, f, r, c, pix in _candidate_blocks(self.spans(tile), (row0, col0), width):
+        floor, look = -_saturated(dtype), False
+        for k, (tri, f, r, c, pix) in enumerate(_candidate_blocks(self.spans(tile), (row0, col0), width)):
+            if not look and k % _SATURATION_CHECK == _SATURATION_CHECK - 1:  # enough pixels done to look up?
+                look = int((log_miss < floor).sum()) * _HIDDEN_SHARE >= log_miss.numel()
+            live = None
+            if look:  # skip the candidates at pixels whose alpha is exactly 1 already
+                live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
+            if live is not None and live.numel() < pix.numel():
+                if live.numel() == 0:
+                    terms.skip()
+                    continue
+                f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
             dist = terms.evaluate(tri, f, c, r, pix, s.sigma, reach)[0]
             hit = torch.nonzero(dist >= reach).squeeze(1)
             log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
@@ -653,7 +673,7 @@ class FaceSelector:
         chunks of at most ``plan.max_frags`` candidates (see :meth:`spans`). Each span covers only
         the columns of its row that the face's reach (``lines``, see :func:`_reach_lines`) can hold."""
         device = face.device
-        span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, in face order
+        span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, nearest faces first
         first = torch.cumsum(n_rows, 0) - n_rows
         offset = torch.arange(span_face.numel(), device=device) - torch.repeat_interleave(first, n_rows)
         span_row = torch.repeat_interleave(top, n_rows) + offset
@@ -667,9 +687,9 @@ class FaceSelector:
                                                                                         span_c1))
         span_w = span_c1 - span_c0 + 1
         del span_c1, alive
-        # 2. chunk: consecutive spans (face order) of at most max_frags candidates in all
+        # 2. chunk: consecutive spans (nearest faces first) of at most max_frags candidates in all
         ends = torch.cumsum(span_w, 0).tolist()
-        n_spans, max_frags, start, done = len(ends), self.plan.max_frags, 0, 0
+        n_spans, max_frags, start, done = len(ends), min(self.plan.max_frags, _CHUNK_CANDIDATES), 0, 0
         while start < n_spans:
             stop = max(start + 1, bisect.bisect_right(ends, done + max_frags, lo=start))
             yield tri, span_face[start:stop], span_row[start:stop], span_c0[start:stop], span_w[start:stop], \
@@ -729,7 +749,10 @@ class _LogMiss(torch.autograd.Function):
         sel: FaceSelector = ctx.selector
         _, r0, r1, c0, c1 = ctx.tile
         width = c1 - c0
-        g = grad.reshape(-1)
+        # where alpha is exactly 1 (the sum is below -_saturated) it has no gradient: the selection
+        # stopped adding terms there, so what it added is dropped as well
+        done = sel._log_miss[ctx.tile[0], r0:r1, c0:c1].reshape(-1) < -_saturated(screen.dtype)
+        g = torch.where(done, 0.0, grad.reshape(-1))
         faces, s = sel.faces, sel.settings
         flat = faces.reshape(-1)  # corner c of face f is vertex flat[3 f + c]; edge 3 f + j runs from corner j
         xy = torch.zeros(2, screen.shape[0], dtype=screen.dtype, device=screen.device)  # [x, y] of each vertex
@@ -744,12 +767,15 @@ class _LogMiss(torch.autograd.Function):
         with torch.no_grad():
             kept = sel.kept_terms.pop(ctx.tile, [])
             for terms in kept:  # the blocks the forward pass kept
-                if terms is not None:
+                if terms:
                     add(*terms)
             if not kept or None in kept:  # the others: evaluated again, block by block (in the same order)
                 blocks = _candidate_blocks(sel.spans(ctx.tile), (r0, c0), width)
                 for block, (tri, f, r, c, pix) in enumerate(blocks):
                     if not kept or kept[block] is None:
+                        live = torch.nonzero(~done.index_select(0, pix)).squeeze(1)
+                        if live.numel() < pix.numel():
+                            f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
                         _, edge, terms = _miss_terms(tri, f, c, r, s.sigma, -(s.blur_radius ** 2))
                         add(pix, edge, terms)
             total = torch.zeros_like(screen)
@@ -809,7 +835,8 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
 class _Terms:
     """The silhouette gradient terms of a tile's candidate blocks, kept while they fit ``room``
     bytes: ``blocks`` has one entry per block, in the order the tile's spans give them,
-    ``(pixel, edge, terms)`` (see :func:`_miss_terms`) or None for a block not kept."""
+    ``(pixel, edge, terms)`` (see :func:`_miss_terms`), ``()`` for a block with nothing to add,
+    or None for a block not kept."""
 
     def __init__(self, room: int):
         self.room, self.used, self.blocks = room, 0, []
@@ -826,6 +853,10 @@ class _Terms:
         self.blocks.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
         self.used += size
         return out
+
+    def skip(self) -> None:
+        """A block none of whose candidates is evaluated (all at saturated pixels): nothing to add."""
+        self.blocks.append(())
 
 
 def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -846,6 +877,15 @@ _EDGE_INDEX: dict = {}  # _EDGE_ROWS as an int64 tensor, per device
 #: silhouette's backward pass: its few dozen float temporaries of this length stay in the CPU's
 #: cache (about 1.5x faster than streaming whole chunks through memory, measured at 1 thread).
 _BLOCK = 16384
+#: Most candidates in one chunk of spans: nearest faces come first, so between chunks the pixels
+#: whose K slots are full and whose alpha is exactly 1 stop taking the faces behind them.
+_CHUNK_CANDIDATES = 1 << 18
+#: The pixels that stop taking faces behind them are looked up for every candidate of a chunk
+#: only when at least one in this many of the tile's pixels has stopped.
+_HIDDEN_SHARE = 8
+#: ``py_gpu.silhouette`` counts the tile's pixels whose alpha is exactly 1 every this many blocks
+#: until enough are (see ``_HIDDEN_SHARE``) to look them up for every candidate.
+_SATURATION_CHECK = 4
 #: Faces whose reach lines (:func:`_reach_lines`) are computed together while a face table is built.
 _LINE_BLOCK = 16384
 
@@ -874,25 +914,47 @@ def _candidate_blocks(spans, origin: tuple[int, int], width: int):
 def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: int,
            best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0), *,
            log_miss: torch.Tensor | None = None, sigma: float = 1.0, fresh: bool = False,
-           terms: _Terms | None = None, best_dist: torch.Tensor | None = None) -> None:
+           terms: _Terms | None = None, best_dist: torch.Tensor | None = None,
+           hidden: torch.Tensor | None = None, zmin: torch.Tensor | None = None) -> None:
     """Evaluate the ``n`` candidates of one chunk of spans and merge their per-pixel top-K into
     ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
     ``origin = (row, col)`` (``fresh``: they are still empty; ``best_dist``, when given, receives
     the kept slots' distances); add every reached fragment's ``log(1 - D)`` into ``log_miss``
     (``[rows * width]``) when given, and keep the candidates' silhouette gradient terms in
-    ``terms`` while they fit."""
+    ``terms`` while they fit.
+
+    With ``hidden`` (float ``[rows * width]``, :func:`_hidden_depth`) and ``zmin`` (each face's
+    nearest depth, ``[F]``), the candidates of faces whose nearest depth lies beyond their pixel's
+    ``hidden`` are not evaluated: they can enter neither the K nearest nor the silhouette."""
     device, dtype = tri.device, tri.dtype
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
     dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
     for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
         part = slice(i, i + _BLOCK)
         f, r, c = face_n[part], row_n[part], col[part]
+        pix = (r - origin[0]) * width + (c - origin[1]) if terms is not None or hidden is not None else None
+        live = None
+        if hidden is not None:
+            live = torch.nonzero(~(zmin.index_select(0, f) > hidden.index_select(0, pix))).squeeze(1)
+            if live.numel() == f.numel():
+                live = None
+            else:
+                dist[part] = -math.inf  # not reached
+                if live.numel() == 0:
+                    if terms is not None:
+                        terms.skip()
+                    continue
+                f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
         if terms is None:  # soft_geometry's distance and depth, bit for bit
             d, z = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True, depth=True)
         else:
-            d, z = terms.evaluate(tri, f, c, r, (r - origin[0]) * width + (c - origin[1]), sigma, reach, depth=True)
-        dist[part], depth[part] = d, z
-    hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, in face order
+            d, z = terms.evaluate(tri, f, c, r, pix, sigma, reach, depth=True)
+        if live is None:
+            dist[part], depth[part] = d, z
+        else:
+            dist[part].index_copy_(0, live, d)
+            depth[part].index_copy_(0, live, z)
+    hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, nearest faces first
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     fid = face_n.index_select(0, hit)
     z, d = depth.index_select(0, hit), dist.index_select(0, hit)
@@ -906,25 +968,19 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
 
 def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fresh: bool) -> None:
     """Step 3 for a chunk's reached fragments (tile pixel ``pix``, depth ``z``, face ``fid`` and
-    optionally distance ``d``, ``[N]`` each, in face order): each pixel's K nearest by (depth,
+    optionally distance ``d``, ``[N]`` each, nearest faces first): each pixel's K nearest by (depth,
     face), merged into the ``[pixels, K]`` buffers ``best_*`` (``best_dist`` with ``d`` only).
     After the first chunk, the fragments that cannot enter (:func:`_not_beaten`) are dropped
     before the sort."""
     device = pix.device
     if not fresh:
-        live = _not_beaten(pix, z, K, best_depth, best_face)
+        live = _not_beaten(pix, z, fid, K, best_depth, best_face)
         if live.numel() == 0:
             return
         if live.numel() < pix.numel():
             pix, z, fid = (t.index_select(0, live) for t in (pix, z, fid))
             d = None if d is None else d.index_select(0, live)
-    if z.dtype == torch.float32:
-        # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
-        # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
-        o = torch.sort((pix << 32) | _ordered_bits(z), stable=True).indices
-    else:  # fragments arrive in face order, so stable sorts rank them by (pixel, depth, face)
-        o = torch.sort(z, stable=True).indices
-        o = o.index_select(0, torch.sort(pix.index_select(0, o), stable=True).indices)
+    o = _rank_order(pix, z, fid)
     values = [t.index_select(0, o) for t in (z, fid) + (() if d is None else (d,))]
     pix = pix.index_select(0, o)
     touched, counts = torch.unique_consecutive(pix, return_counts=True)  # [M]
@@ -950,15 +1006,68 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
         buf.index_copy_(0, touched, merged.gather(1, o))
 
 
-def _not_beaten(pix, z, K: int, best_depth, best_face) -> torch.Tensor:
-    """int64 ``[M]``: the fragments (tile pixel ``pix``, depth ``z``, ``[N]`` each, of a chunk
-    after the first) that may still enter their pixel's K nearest: nearer than its K-th kept
-    slot, or at a pixel with an empty K-th slot. The others lose to that slot on ``(depth,
-    face)``, ties included: chunks come in face order and a face has one candidate per pixel, so
-    every kept face has a lower index than this chunk's."""
+def _rank_order(pix, z, fid) -> torch.Tensor:
+    """int64 ``[N]``: the order of fragments (tile pixel ``pix``, depth ``z``, face ``fid``) by
+    ``(pixel, depth, face)``. The sorts are stable and fragments arrive nearest faces first, so
+    equal depths at a pixel (shared edges, coplanar faces) come out in arrival order: those runs
+    alone are put in face order afterwards (:func:`_faces_within_ties`)."""
+    if z.dtype == torch.float32:
+        # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
+        # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
+        key = (pix << 32) | _ordered_bits(z)
+        o = torch.sort(key, stable=True).indices
+        k = key.index_select(0, o)
+        return _faces_within_ties(o, k[1:] == k[:-1], fid)
+    o = torch.sort(z, stable=True).indices
+    o = o.index_select(0, torch.sort(pix.index_select(0, o), stable=True).indices)
+    p, d = pix.index_select(0, o), z.index_select(0, o)
+    return _faces_within_ties(o, (p[1:] == p[:-1]) & (d[1:] == d[:-1]), fid)
+
+
+def _faces_within_ties(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor) -> torch.Tensor:
+    """``o`` (an order of fragments) with each run of equal neighbours (``same[i]``: entries
+    ``i`` and ``i + 1`` of ``o`` tie) reordered by face ``fid``, the rest untouched."""
+    if o.numel() < 2 or not bool(same.any()):
+        return o
+    false = same.new_zeros(1)
+    in_run = torch.cat((false, same)) | torch.cat((same, false))
+    at = torch.nonzero(in_run).squeeze(1)  # positions in runs, ascending: each run is contiguous
+    run = torch.cumsum(in_run & ~torch.cat((false, same)), 0).index_select(0, at)  # run number, nondecreasing
+    mine = o.index_select(0, at)
+    order = torch.sort((run << 32) | fid.index_select(0, mine)).indices  # runs stay in place, faces ascend
+    return o.index_copy(0, at, mine.index_select(0, order))
+
+
+def _not_beaten(pix, z, fid, K: int, best_depth, best_face) -> torch.Tensor:
+    """int64 ``[M]``: the fragments (tile pixel ``pix``, depth ``z``, face ``fid``, ``[N]`` each,
+    of a chunk after the first) that may still enter their pixel's K nearest: before its K-th
+    kept slot by ``(depth, face)``, or at a pixel with an empty K-th slot. The others lose to that
+    slot (a face has one candidate per pixel, so a fragment never meets its own face there)."""
     kth = best_depth[:, K - 1].index_select(0, pix)
-    full = best_face[:, K - 1].index_select(0, pix) >= 0
-    return torch.nonzero((z < kth) | ~full).squeeze(1)
+    kth_face = best_face[:, K - 1].index_select(0, pix)
+    return torch.nonzero((z < kth) | ((z == kth) & (fid < kth_face)) | (kth_face < 0)).squeeze(1)
+
+
+def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: torch.Tensor) -> torch.Tensor | None:
+    """float ``[pixels]``: per tile pixel, the depth beyond which a face changes nothing there,
+    ``+inf`` where any face still can; None when too few pixels have one to pay for the test.
+
+    That is the K-th kept slot's depth at pixels whose K slots are full and whose silhouette sum
+    is below ``-_saturated`` (alpha exactly 1, and it stays 1: every term is negative). A face
+    whose nearest depth lies beyond it is behind all K kept faces (it cannot enter them, ties
+    included) and its ``log(1 - D)`` cannot change alpha."""
+    K = best_face.shape[1]
+    done = (log_miss < -_saturated(log_miss.dtype)) & (best_face[:, K - 1] >= 0)
+    if int(done.sum()) * _HIDDEN_SHARE < done.numel():
+        return None
+    return torch.where(done, best_depth[:, K - 1], math.inf)
+
+
+def _saturated(dtype: torch.dtype) -> float:
+    """The silhouette sum ``sum log(1 - D)`` below which alpha ``1 - exp(sum)`` is exactly 1 in
+    ``dtype``, with a margin: ``exp`` of it is far below the rounding unit (1.5 x ``-log(eps)``:
+    about 24 in float32, 54 in float64)."""
+    return -1.5 * math.log(torch.finfo(dtype).eps)
 
 
 def _ordered_bits(z: torch.Tensor) -> torch.Tensor:

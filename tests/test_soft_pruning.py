@@ -1,0 +1,150 @@
+"""Soft mode skips the faces that cannot change a pixel: behind its K kept faces where its alpha
+is exactly 1. The results are those of evaluating every candidate, bit for bit forward, and the
+gradients agree to far below rounding (alpha has no gradient where it is exactly 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import py_gpu
+from py_gpu import TriangleBatch
+from py_gpu.raster import torch_soft
+from py_gpu.raster.soft_oracle import rasterize_soft_oracle
+from py_gpu.raster.torch_soft import rasterize_soft
+from helpers import float64_on, on_cpu
+from test_soft import assert_fragments_match, soft
+
+SIZE = (24, 32)
+
+
+def stacked_scene(faces: int = 80, seed: int = 3, device=torch.device("cpu"), dtype=torch.float64) -> TriangleBatch:
+    """Large slanted triangles over the frame at random depths: most of its pixels lie deep
+    inside several of them (alpha exactly 1), under many more faces than K; near the right edge
+    fewer reach, and alpha stays below 1."""
+    g = torch.Generator().manual_seed(seed)
+    center = torch.tensor([11.0, 12.0]) + (torch.rand(faces, 1, 2, generator=g, dtype=torch.float64) * 2 - 1) * 3.0
+    corners = center + (torch.rand(faces, 3, 2, generator=g, dtype=torch.float64) * 2 - 1) * 24.0
+    depth = torch.rand(faces, 1, 1, generator=g, dtype=torch.float64) + 0.3 * torch.rand(faces, 3, 1, generator=g,
+                                                                                         dtype=torch.float64)
+    verts = torch.cat([corners, depth], -1).reshape(1, 3 * faces, 3)
+    colors = torch.rand(1, 3 * faces, 3, generator=g, dtype=torch.float64)
+    return TriangleBatch(verts.to(device, dtype), torch.arange(3 * faces, device=device).reshape(faces, 3),
+                         vertex_colors=colors.to(device, dtype))
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few faces each, so that later chunks meet pixels that are done."""
+    monkeypatch.setattr(torch_soft, "_CHUNK_CANDIDATES", 2048)
+    monkeypatch.setattr(torch_soft, "_SATURATION_CHECK", 1)
+
+
+def _counting(monkeypatch) -> dict:
+    """Count the candidates whose distance is evaluated (forward selection and silhouette)."""
+    seen = {"evaluated": 0}
+    real = torch_soft._miss_terms
+
+    def spy(table, face, *args, **kw):
+        seen["evaluated"] += face.numel()
+        return real(table, face, *args, **kw)
+
+    monkeypatch.setattr(torch_soft, "_miss_terms", spy)
+    return seen
+
+
+def _unpruned(monkeypatch):
+    """No pixel ever counts as done: every candidate is evaluated."""
+    monkeypatch.setattr(torch_soft, "_saturated", lambda dtype: math.inf)
+
+
+def test_the_scene_is_saturated():
+    alpha = rasterize_soft_oracle(stacked_scene(), SIZE, soft(sigma=1.0, faces_per_pixel=4)).alpha
+    done = float((alpha == 1.0).double().mean())
+    assert 0.3 < done < 0.95, done
+
+
+def test_selection_skips_hidden_faces_and_keeps_the_same_fragments(monkeypatch, device, small_chunks):
+    dtype = float64_on(device)
+    batch = stacked_scene(device=device, dtype=dtype)
+    s = soft(sigma=1.0, faces_per_pixel=4)
+    seen = _counting(monkeypatch)
+    fast = on_cpu(rasterize_soft(batch, SIZE, s))
+    pruned = seen["evaluated"]
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        seen["evaluated"] = 0
+        full = on_cpu(rasterize_soft(batch, SIZE, s))
+    assert pruned < 0.6 * seen["evaluated"]  # most candidates lie behind pixels that are done
+    assert torch.equal(fast.face_index, full.face_index)
+    for name in ("dist", "bary", "depth", "alpha"):
+        assert torch.equal(getattr(fast, name), getattr(full, name)), name
+    if dtype == torch.float64:
+        assert_fragments_match(fast, rasterize_soft_oracle(stacked_scene(), SIZE, s), 1e-5)
+        assert torch.allclose(fast.alpha, rasterize_soft_oracle(stacked_scene(), SIZE, s).alpha, atol=1e-12, rtol=0)
+
+
+def test_the_forward_pass_does_not_depend_on_the_budget(device, small_chunks):
+    """Tiles and chunks cut elsewhere skip other candidates; the frame is the same, bit for bit."""
+    batch = stacked_scene(device=device, dtype=float64_on(device))
+    one = on_cpu(rasterize_soft(batch, SIZE, soft(sigma=1.0, faces_per_pixel=4)))
+    tiled = on_cpu(rasterize_soft(batch, SIZE, soft(sigma=1.0, faces_per_pixel=4, memory_budget=60_000)))
+    assert torch.equal(one.face_index, tiled.face_index)
+    for name in ("dist", "bary", "depth", "alpha"):
+        assert torch.equal(getattr(one, name), getattr(tiled, name)), name
+
+
+@pytest.mark.parametrize("loss", ["alpha", "image"])
+def test_gradients_match_evaluating_every_candidate(monkeypatch, device, small_chunks, loss):
+    dtype = float64_on(device)
+    scene = stacked_scene(device=device, dtype=dtype)
+    s = soft(sigma=1.0, faces_per_pixel=4)
+    up = torch.rand(1, *SIZE, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(device, dtype)
+
+    def grads():
+        v = scene.vertices.detach().clone().requires_grad_(True)
+        c = scene.vertex_colors.detach().clone().requires_grad_(True)
+        frame = py_gpu.render(TriangleBatch(v, scene.faces, vertex_colors=c), SIZE, settings=s)
+        out = frame.alpha.expand(-1, -1, -1, 3) if loss == "alpha" else frame.image
+        (out * up).sum().backward()
+        return frame, v.grad, c.grad
+
+    frame, gv, gc = grads()
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        want_frame, want_gv, want_gc = grads()
+    assert torch.equal(frame.image, want_frame.image) and torch.equal(frame.alpha, want_frame.alpha)
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    assert torch.allclose(gv, want_gv, **tol)
+    assert gv.abs().max() > 1e-3  # the pixels whose alpha is below 1 still pass gradients
+    if loss == "image":
+        assert torch.allclose(gc, want_gc, **tol)
+
+
+def test_silhouette_skips_done_pixels_and_equals_render_alpha(monkeypatch, device, small_chunks):
+    dtype = float64_on(device)
+    scene = stacked_scene(device=device, dtype=dtype)
+    s = soft(sigma=1.0, faces_per_pixel=4)
+    up = torch.rand(1, *SIZE, 1, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(device, dtype)
+    seen = _counting(monkeypatch)
+
+    def run(fn):
+        v = scene.vertices.detach().clone().requires_grad_(True)
+        alpha = fn(TriangleBatch(v, scene.faces))
+        (alpha * up).sum().backward()
+        return alpha.detach(), v.grad
+
+    alpha, grad = run(lambda b: py_gpu.silhouette(b, SIZE, settings=s))
+    pruned = seen["evaluated"]
+    render_alpha, render_grad = run(lambda b: py_gpu.render(b, SIZE, settings=s).alpha)
+    assert torch.equal(alpha, render_alpha)
+    assert torch.allclose(grad, render_grad, rtol=1e-10, atol=1e-12)
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        seen["evaluated"] = 0
+        full_alpha, full_grad = run(lambda b: py_gpu.silhouette(b, SIZE, settings=s))
+    assert pruned < 0.6 * seen["evaluated"]
+    assert torch.equal(alpha, full_alpha)
+    assert torch.allclose(grad, full_grad, rtol=1e-10, atol=1e-12)
