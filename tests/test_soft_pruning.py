@@ -148,3 +148,45 @@ def test_silhouette_skips_done_pixels_and_equals_render_alpha(monkeypatch, devic
     assert pruned < 0.6 * seen["evaluated"]
     assert torch.equal(alpha, full_alpha)
     assert torch.allclose(grad, full_grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("path", ["silhouette", "render"])
+def test_blocks_evaluated_again_in_the_backward_pass_skip_the_same_spans(monkeypatch, device, small_chunks, path):
+    """With little room for the gradient terms, the backward pass evaluates most candidate blocks
+    again; it visits the spans the forward pass evaluated (whole spans behind done pixels were
+    skipped there), so that its blocks line up with the kept ones."""
+    dtype = float64_on(device)
+    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks, so that the room runs out between them
+    scene = stacked_scene(device=device, dtype=dtype)
+    s = soft(sigma=1.0, faces_per_pixel=4, memory_budget=400_000)
+    up = torch.rand(1, *SIZE, 1, generator=torch.Generator().manual_seed(6), dtype=torch.float64).to(device, dtype)
+    skipped, recomputed = [], []
+    real_record, real_backward = torch_soft.FaceSelector._record_spans, torch_soft._LogMiss.backward
+
+    def record(self, tile, spans):
+        skipped.append(sum(0 if keep is None else 1 for keep in spans))
+        return real_record(self, tile, spans)
+
+    def backward(ctx, grad):
+        recomputed.append(None in ctx.selector.kept_terms.get(ctx.tile, [None]))
+        return real_backward(ctx, grad)
+
+    def grad():
+        v = scene.vertices.detach().clone().requires_grad_(True)
+        b = TriangleBatch(v, scene.faces, vertex_colors=scene.vertex_colors)
+        if path == "silhouette":
+            alpha = py_gpu.silhouette(b, SIZE, settings=s)
+        else:
+            alpha = py_gpu.render(b, SIZE, settings=s).alpha
+        (alpha * up).sum().backward()
+        return alpha.detach(), v.grad
+
+    monkeypatch.setattr(torch_soft.FaceSelector, "_record_spans", record)
+    monkeypatch.setattr(torch_soft._LogMiss, "backward", staticmethod(backward))
+    alpha, g = grad()
+    assert sum(skipped) > 0 and any(recomputed)  # spans were skipped, and blocks evaluated again
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        want_alpha, want_g = grad()
+    assert torch.equal(alpha, want_alpha)
+    assert torch.allclose(g, want_g, rtol=1e-10, atol=1e-12)

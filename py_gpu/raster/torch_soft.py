@@ -16,12 +16,13 @@ working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
    outward by ``r``, can hold (:func:`_reach_lines`): a slanted face's span follows its edges,
    not its box. A face enters only the pixels its blur radius can reach, never the whole frame,
    so the work grows with (faces x pixels inside their blur radius), not ``F * H * W``.
-2. **Chunk.** Consecutive spans, nearest faces first (by their nearest corner's depth), are
-   grouped into chunks of at most ``plan.max_frags`` (and ``_CHUNK_CANDIDATES``) candidate
-   fragments; each chunk is evaluated as one flat vector of candidates (no padding to the
-   widest span). Before a chunk after the first is evaluated, its candidates at pixels that are
-   done are skipped: pixels whose K slots are full and whose silhouette sum is so low that alpha
-   is exactly 1, where a face whose nearest depth lies beyond the K-th slot changes nothing.
+2. **Chunk.** Consecutive spans (nearest faces first, by their nearest corner's depth, where
+   the faces' boxes cover the frame many times over; else in face order) are grouped into
+   chunks of at most ``plan.max_frags`` (and ``_CHUNK_CANDIDATES``) candidate fragments; each
+   chunk is evaluated as one flat vector of candidates (no padding to the widest span). Before
+   a chunk after the first is evaluated, its spans and candidates at pixels that are done are
+   skipped: pixels whose K slots are full and whose silhouette sum is so low that alpha is
+   exactly 1, where a face whose nearest depth lies beyond the K-th slot changes nothing.
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
    and the first K are merged into the tile's running per-pixel top-K buffer. Chunks after the
    first drop, before ranking, the fragments that lose to their pixel's K-th kept slot.
@@ -507,6 +508,7 @@ class FaceSelector:
         self._element: tuple[int, tuple] | None = None
         self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
         self.kept_terms: dict = {}  # tile -> its candidates' gradient terms (see miss)
+        self.kept_spans: dict = {}  # tile -> per chunk, the spans evaluated (see _visible_spans)
         self.room = 0  # bytes left for kept gradient terms
         self._slots: tuple | None = None  # (tile, distance, depth) of the last selection
 
@@ -524,9 +526,11 @@ class FaceSelector:
     def _build(self, b: int):
         """The corners of element ``b``'s faces (``[9, F]``: one row per coordinate, ``x0, y0, z0,
         x1, ..., z2``, contiguous for gathers), its live faces (nonzero area, not culled, blur
-        box on screen), nearest first by their nearest corner's depth (then in face order), with
-        their pixel ranges (int64 ``[n]`` each) and reach (:func:`_reach_lines`), and every face's
-        nearest corner depth (``[F]``: no fragment of the face is nearer)."""
+        box on screen), with their pixel ranges (int64 ``[n]`` each) and reach
+        (:func:`_reach_lines`), and every face's nearest corner depth (``[F]``: no fragment of the
+        face is nearer). The live faces come in face order (a mesh's neighbours are near in
+        memory), or nearest first by that depth where their boxes cover the frame more than
+        ``_SORT_OVERDRAW`` times over (so that pixels are done early, see :func:`_hidden_depth`)."""
         height, width = self.size
         radius = self.settings.blur_radius
         verts = self.screen[b]  # [V, 3]
@@ -542,7 +546,9 @@ class FaceSelector:
         live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids
         z = tri[..., 2]
         zmin = torch.minimum(torch.minimum(z[:, 0], z[:, 1]), z[:, 2])  # [F]: no fragment of a face lies nearer
-        live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)  # nearest first
+        boxes = ((r1 - r0 + 1) * (c1 - c0 + 1)).index_select(0, live)
+        if int(boxes.sum()) > _SORT_OVERDRAW * height * width:  # faces overlap deeply: nearest first
+            live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)
         lines = torch.empty(live.numel(), 3, 3, dtype=torch.float64, device=verts.device)
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
             lines[i:i + _LINE_BLOCK] = _reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius)
@@ -594,10 +600,20 @@ class FaceSelector:
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
         terms = _Terms(self.room) if self.room > 0 and tile not in self.kept_terms else None
         zmin = self._table(b)[-1]
+        record = []
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
+            hidden = None if i == 0 else _hidden_depth(log_miss, best_depth, best_face)
+            keep = None if hidden is None else _visible_spans(hidden, zmin, face, row, c0, span_w, (row0, col0), width)
+            record.append(keep)
+            if keep is not None:  # whole spans behind done pixels
+                face, row, c0, span_w = (t.index_select(0, keep) for t in (face, row, c0, span_w))
+                n = int(span_w.sum())
+                if n == 0:
+                    continue
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
-                   hidden=None if i == 0 else _hidden_depth(log_miss, best_depth, best_face), zmin=zmin)
+                   hidden=hidden, zmin=zmin)
+        self._record_spans(tile, record)
         self._keep_miss(tile, log_miss)
         if terms is not None and terms.used:
             self.kept_terms[tile] = terms.blocks
@@ -616,7 +632,8 @@ class FaceSelector:
         """The silhouette's ``sum log(1 - D)`` over the tile's candidates alone, without selecting
         faces (steps 1-2, and of step 3 only the sum; the same values as :meth:`__call__`'s, bit
         for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`. A
-        pixel whose sum is below ``-_saturated`` (its alpha is exactly 1) takes no further terms.
+        pixel whose sum is below ``-_saturated`` (its alpha is exactly 1) takes no further terms
+        (whole spans whose pixels all are so are skipped, and recorded for the backward pass).
 
         The gradient terms (:func:`_miss_terms`) of the candidates, block by block while they fit
         ``room`` bytes, are kept too, for the backward pass (``kept_terms[tile]``: one entry per
@@ -627,25 +644,47 @@ class FaceSelector:
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
         terms = _Terms(room)
-        floor, look = -_saturated(dtype), False
-        for k, (tri, f, r, c, pix) in enumerate(_candidate_blocks(self.spans(tile), (row0, col0), width)):
-            if not look and k % _SATURATION_CHECK == _SATURATION_CHECK - 1:  # enough pixels done to look up?
-                look = int((log_miss < floor).sum()) * _HIDDEN_SHARE >= log_miss.numel()
-            live = None
-            if look:  # skip the candidates at pixels whose alpha is exactly 1 already
-                live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
-            if live is not None and live.numel() < pix.numel():
-                if live.numel() == 0:
-                    terms.skip()
-                    continue
-                f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
-            dist = terms.evaluate(tri, f, c, r, pix, s.sigma, reach)[0]
-            hit = torch.nonzero(dist >= reach).squeeze(1)
-            log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -s.sigma))
+        floor, look, k, record = -_saturated(dtype), False, 0, []
+        zmin = self._table(b)[-1]
+        for chunk in self.spans(tile):
+            keep = None
+            if look:  # whole spans whose pixels all have alpha exactly 1 already
+                done = torch.where(log_miss < floor, -math.inf, math.inf)
+                keep = _visible_spans(done, zmin, *chunk[1:5], (row0, col0), width)
+            record.append(keep)
+            for tri, f, r, c, pix in _candidate_blocks([chunk], (row0, col0), width, [keep]):
+                look = look or (k % _SATURATION_CHECK == _SATURATION_CHECK - 1
+                                and int((log_miss < floor).sum()) * _HIDDEN_SHARE >= log_miss.numel())
+                k += 1
+                self._miss_block(log_miss, terms, tri, f, r, c, pix, look, floor, reach)
+        self._record_spans(tile, record)
         self._keep_miss(tile, log_miss)
         if terms.used:
             self.kept_terms[tile] = terms.blocks
         return terms.used
+
+    def _miss_block(self, log_miss, terms, tri, f, r, c, pix, look: bool, floor: float, reach: float) -> None:
+        """Add one block of candidates' ``log(1 - D)`` into ``log_miss`` (with ``look``, only those at
+        pixels whose sum is not below ``floor`` yet), keeping their gradient terms in ``terms``."""
+        if look:  # skip the candidates at pixels whose alpha is exactly 1 already
+            live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
+            if live.numel() == 0:
+                terms.skip()
+                return
+            if live.numel() < pix.numel():
+                f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
+        sigma = self.settings.sigma
+        dist = terms.evaluate(tri, f, c, r, pix, sigma, reach)[0]
+        hit = torch.nonzero(dist >= reach).squeeze(1)
+        log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
+
+    def _record_spans(self, tile: Tile, record: list) -> None:
+        """Keep which spans of each chunk the tile evaluated, for the backward pass to visit the same
+        candidate blocks (None entries: every span; nothing kept when no chunk skipped one)."""
+        if any(keep is not None for keep in record):
+            self.kept_spans[tile] = record
+        else:
+            self.kept_spans.pop(tile, None)
 
     def _keep_miss(self, tile: Tile, log_miss: torch.Tensor) -> None:
         b, row0, row1, col0, col1 = tile
@@ -769,8 +808,9 @@ class _LogMiss(torch.autograd.Function):
             for terms in kept:  # the blocks the forward pass kept
                 if terms:
                     add(*terms)
+            skips = sel.kept_spans.pop(ctx.tile, None)
             if not kept or None in kept:  # the others: evaluated again, block by block (in the same order)
-                blocks = _candidate_blocks(sel.spans(ctx.tile), (r0, c0), width)
+                blocks = _candidate_blocks(sel.spans(ctx.tile), (r0, c0), width, skips)
                 for block, (tri, f, r, c, pix) in enumerate(blocks):
                     if not kept or kept[block] is None:
                         live = torch.nonzero(~done.index_select(0, pix)).squeeze(1)
@@ -877,9 +917,11 @@ _EDGE_INDEX: dict = {}  # _EDGE_ROWS as an int64 tensor, per device
 #: silhouette's backward pass: its few dozen float temporaries of this length stay in the CPU's
 #: cache (about 1.5x faster than streaming whole chunks through memory, measured at 1 thread).
 _BLOCK = 16384
-#: Most candidates in one chunk of spans: nearest faces come first, so between chunks the pixels
-#: whose K slots are full and whose alpha is exactly 1 stop taking the faces behind them.
+#: Most candidates in one chunk of spans: between chunks the pixels whose K slots are full and
+#: whose alpha is exactly 1 stop taking the faces behind them.
 _CHUNK_CANDIDATES = 1 << 18
+#: Faces come nearest first when their boxes cover the frame more than this many times over.
+_SORT_OVERDRAW = 8
 #: The pixels that stop taking faces behind them are looked up for every candidate of a chunk
 #: only when at least one in this many of the tile's pixels has stopped.
 _HIDDEN_SHARE = 8
@@ -900,11 +942,17 @@ def _candidates(face, row, col0, span_w, n: int):
     return face.index_select(0, span), row.index_select(0, span), col
 
 
-def _candidate_blocks(spans, origin: tuple[int, int], width: int):
+def _candidate_blocks(spans, origin: tuple[int, int], width: int, kept_spans: list | None = None):
     """The candidates of a tile's span chunks (:meth:`FaceSelector.spans`) in blocks of
     ``_BLOCK``, in order: ``(table, face, row, col, pixel)``, the last ``[n]`` each, ``pixel`` in
-    the tile whose top-left pixel is ``origin`` and whose rows are ``width`` long."""
-    for table, face, row, col0, span_w, n in spans:
+    the tile whose top-left pixel is ``origin`` and whose rows are ``width`` long. With
+    ``kept_spans`` (one entry per chunk, see :meth:`FaceSelector._record_spans`), only the spans
+    the forward pass evaluated."""
+    for k, (table, face, row, col0, span_w, n) in enumerate(spans):
+        keep = kept_spans[k] if kept_spans else None
+        if keep is not None:
+            face, row, col0, span_w = (t.index_select(0, keep) for t in (face, row, col0, span_w))
+            n = int(span_w.sum())
         face_n, row_n, col = _candidates(face, row, col0, span_w, n)
         for i in range(0, n, _BLOCK):
             f, r, c = face_n[i:i + _BLOCK], row_n[i:i + _BLOCK], col[i:i + _BLOCK]
@@ -1014,25 +1062,24 @@ def _rank_order(pix, z, fid) -> torch.Tensor:
     if z.dtype == torch.float32:
         # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
         # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
-        key = (pix << 32) | _ordered_bits(z)
-        o = torch.sort(key, stable=True).indices
-        k = key.index_select(0, o)
+        k, o = torch.sort((pix << 32) | _ordered_bits(z), stable=True)
         return _faces_within_ties(o, k[1:] == k[:-1], fid)
     o = torch.sort(z, stable=True).indices
-    o = o.index_select(0, torch.sort(pix.index_select(0, o), stable=True).indices)
-    p, d = pix.index_select(0, o), z.index_select(0, o)
+    p, by_pix = torch.sort(pix.index_select(0, o), stable=True)
+    o = o.index_select(0, by_pix)
+    d = z.index_select(0, o)
     return _faces_within_ties(o, (p[1:] == p[:-1]) & (d[1:] == d[:-1]), fid)
 
 
 def _faces_within_ties(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor) -> torch.Tensor:
     """``o`` (an order of fragments) with each run of equal neighbours (``same[i]``: entries
     ``i`` and ``i + 1`` of ``o`` tie) reordered by face ``fid``, the rest untouched."""
-    if o.numel() < 2 or not bool(same.any()):
+    pairs = torch.nonzero(same).squeeze(1)  # few: the work below is on the tied entries only
+    if pairs.numel() == 0:
         return o
-    false = same.new_zeros(1)
-    in_run = torch.cat((false, same)) | torch.cat((same, false))
-    at = torch.nonzero(in_run).squeeze(1)  # positions in runs, ascending: each run is contiguous
-    run = torch.cumsum(in_run & ~torch.cat((false, same)), 0).index_select(0, at)  # run number, nondecreasing
+    at = torch.unique(torch.cat((pairs, pairs + 1)))  # the tied entries' positions, ascending
+    starts = (at == 0) | ~same.index_select(0, (at - 1).clamp(min=0))  # the first entry of each run
+    run = torch.cumsum(starts, 0)  # run number, nondecreasing
     mine = o.index_select(0, at)
     order = torch.sort((run << 32) | fid.index_select(0, mine)).indices  # runs stay in place, faces ascend
     return o.index_copy(0, at, mine.index_select(0, order))
@@ -1061,6 +1108,33 @@ def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: t
     if int(done.sum()) * _HIDDEN_SHARE < done.numel():
         return None
     return torch.where(done, best_depth[:, K - 1], math.inf)
+
+
+def _visible_spans(hidden: torch.Tensor, zmin: torch.Tensor, face, row, col0, span_w, origin: tuple[int, int],
+                   width: int) -> torch.Tensor | None:
+    """int64 indices of the spans (face ``face``, tile row ``row``, columns ``col0`` to ``col0 +
+    span_w - 1``, ``[S]`` each) that may still show: those with a pixel whose ``hidden`` depth
+    (float ``[pixels]``, :func:`_hidden_depth`) is not below the face's nearest depth
+    ``zmin[face]``; None when every span may. The maximum of ``hidden`` over each span comes
+    from a sparse table (maxima over windows of 1, 2, 4, ... pixels; two windows cover a span)."""
+    n = hidden.numel()
+    levels, step, longest = [hidden], 1, int(span_w.max())
+    while 2 * step <= longest:
+        prev = levels[-1]
+        levels.append(torch.maximum(prev[:-step], prev[step:]))
+        step *= 2
+    table = hidden.new_full((len(levels), n), -math.inf)
+    for j, level in enumerate(levels):
+        table[j, :level.numel()] = level
+    level = torch.zeros_like(span_w)  # floor(log2(span_w)): the widest window inside the span
+    for j in range(1, len(levels)):
+        level += span_w >= (1 << j)
+    first = (row - origin[0]) * width + (col0 - origin[1]) + level * n
+    last = first + span_w - torch.ones_like(level).bitwise_left_shift(level)  # the last window's start
+    flat = table.view(-1)
+    most = torch.maximum(flat.index_select(0, first), flat.index_select(0, last))
+    keep = torch.nonzero(~(zmin.index_select(0, face) > most)).squeeze(1)
+    return None if keep.numel() == face.numel() else keep
 
 
 def _saturated(dtype: torch.dtype) -> float:
