@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, strategies as st
 
 import py_gpu
 from py_gpu import TriangleBatch
@@ -15,6 +16,7 @@ from py_gpu.raster import torch_soft
 from py_gpu.raster.soft_oracle import rasterize_soft_oracle
 from py_gpu.raster.torch_soft import rasterize_soft
 from helpers import float64_on, on_cpu
+from strategies import fixture_safe_settings
 from test_soft import assert_fragments_match, soft
 
 SIZE = (24, 32)
@@ -190,3 +192,27 @@ def test_blocks_evaluated_again_in_the_backward_pass_skip_the_same_spans(monkeyp
         want_alpha, want_g = grad()
     assert torch.equal(alpha, want_alpha)
     assert torch.allclose(g, want_g, rtol=1e-10, atol=1e-12)
+
+
+@fixture_safe_settings(max_examples=20)
+@given(seed=st.integers(0, 2**31 - 1), faces=st.integers(4, 60), k=st.integers(1, 6), sigma=st.floats(0.05, 4.0),
+       budget=st.sampled_from([60_000, 400_000, 2**29]), cull=st.booleans(), chunk=st.sampled_from([256, 2048, 1 << 20]),
+       check=st.sampled_from([1, 4]))
+def test_skipping_never_changes_fragments_or_silhouette(device, seed, faces, k, sigma, budget, cull, chunk, check):
+    """Any scene, K, blur, tiling, chunking and saturation-check interval: the fragments and the
+    silhouette are those of evaluating every candidate, bit for bit."""
+    batch = stacked_scene(faces, seed % 10_000, device=device, dtype=float64_on(device))
+    s = soft(sigma=sigma, faces_per_pixel=k, memory_budget=budget, cull_backfaces=cull)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch_soft, "_CHUNK_CANDIDATES", chunk)
+        m.setattr(torch_soft, "_SATURATION_CHECK", check)
+        fast = on_cpu(rasterize_soft(batch, SIZE, s))
+        fast_sil = py_gpu.silhouette(batch, SIZE, settings=s).cpu()
+        _unpruned(m)
+        full = on_cpu(rasterize_soft(batch, SIZE, s))
+        full_sil = py_gpu.silhouette(batch, SIZE, settings=s).cpu()
+    assert torch.equal(fast.face_index, full.face_index)
+    for name in ("dist", "bary", "depth", "alpha"):
+        assert torch.equal(getattr(fast, name), getattr(full, name)), name
+    assert torch.equal(fast_sil, full_sil)
+    assert torch.equal(fast_sil, fast.alpha)  # the same alpha as the fragments'
