@@ -117,10 +117,12 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     Bv, V = values.shape[:2]
     flat = values.to(dtype).reshape(Bv * V, C)  # one row per vertex (of every element when Bv = B)
     fi = face_index.reshape(-1)
-    corner = faces.index_select(0, fi.clamp(min=0)).view(B, -1, 3)  # vertex ids
+    safe = fi.clamp(min=0)
+    # vertex ids, one contiguous [N] row per corner (a strided column of [N, 3] gathers slower)
+    corner = [column.index_select(0, safe) for column in faces.t().contiguous()]
     if Bv > 1:
-        corner = corner + (torch.arange(B, device=corner.device) * V)[:, None, None]
-    corner = corner.reshape(-1, 3).t()  # [3, B*H*W*K]
+        offset = (torch.arange(B, device=safe.device) * V)[:, None]
+        corner = [(c.view(B, -1) + offset).view(-1) for c in corner]
     # channel-major: each channel's values gathered along a row ([C, V] -> [C, N]) and weighted by a
     # contiguous [N] row of barycentrics (a [N, 1] * [N, C] broadcast over a short last dim ran
     # about 1.7x slower forward + backward); the same products and sums, so the same bits
