@@ -341,6 +341,37 @@ def test_shading_only_reached_pixels_changes_nothing(monkeypatch, device, compos
     assert dense[4].abs().max() > 1e-3 and dense[5].abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("share", [-1.0, 1.0], ids=["rows", "reached-pixels"])
+@pytest.mark.parametrize("composite", ["over", "softras"])
+def test_shading_a_tile_in_blocks_changes_nothing(monkeypatch, device, share, composite):
+    """A tile shaded in blocks of a few slots (whole rows, or runs of the reached pixels) gives the
+    frame of shading it at once, bit for bit, and the same gradients to rounding."""
+    from py_gpu.shading import composite as comp
+
+    batch = random_scene(11, faces=12, size=(20, 28))
+    g = torch.Generator().manual_seed(12)
+    verts = batch.vertices.to(device, float64_on(device))
+    cols = torch.rand(1, verts.shape[1], 3, generator=g, dtype=torch.float64).to(verts)
+    up = torch.rand(1, 20, 28, 3, generator=g, dtype=torch.float64).to(verts)
+    monkeypatch.setattr(comp, "_COMPACT_SHARE", share)
+    runs = []
+    for slots in (1 << 20, 37):  # one block; then blocks of a row or of nine pixels at K = 4
+        monkeypatch.setattr(comp, "_SHADE_SLOTS", slots)
+        v, c = verts.clone().requires_grad_(True), cols.clone().requires_grad_(True)
+        frame = render_soft(TriangleBatch(v, batch.faces.to(device), vertex_colors=c), (20, 28),
+                            background=(0.2, 0.3, 0.4), settings=soft(sigma=1.5, faces_per_pixel=4),
+                            blend_settings=blending(0.1, composite))
+        ((frame.image * up).sum() + frame.alpha.sum()).backward()
+        runs.append((frame.image, frame.alpha, frame.depth, frame.face_index, v.grad, c.grad))
+    whole, blocks = runs
+    assert float((whole[3] >= 0).double().mean()) > 0.2
+    for a, b in zip(whole[:4], blocks[:4]):
+        assert torch.equal(a, b)
+    for a, b in zip(whole[4:], blocks[4:]):  # the same terms, summed in another order
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
+    assert whole[4].abs().max() > 1e-3 and whole[5].abs().max() > 1e-3
+
+
 def test_memory_budget_too_small_says_what_to_change(device):
     with pytest.raises(MemoryBudgetError, match="raise memory_budget"):
         rasterize_soft(random_scene(0, device=device), (12, 16), soft(memory_budget=100))

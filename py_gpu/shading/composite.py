@@ -138,9 +138,9 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                       blend_settings: BlendSettings) -> Frame:
     """Soft-mode ``Frame`` of a drawable ``batch`` (screen space, or clip space with every ``w > 0``).
 
-    Each tile (rows, or a piece of a row) is selected, gathered, colored and blended in one
-    pass, so the working set is one tile's (it fits ``settings.memory_budget``) and only the
-    ``Frame`` is whole-frame. Where no face reaches part of a tile, only the reached pixels are
+    Each tile (rows, or a piece of a row) is selected, then gathered, colored and blended in
+    blocks of at most ``_SHADE_SLOTS`` slots, so the working set is one tile's (it fits
+    ``settings.memory_budget``) and only the ``Frame`` is whole-frame. Where no face reaches part of a tile, only the reached pixels are
     gathered and blended (the others are the background, alpha 0, no face). For the backward
     pass the selected face indices are kept (int32) when they take at most ``1 / KEEP_SHARE`` (a
     quarter) of the budget; otherwise the backward pass selects each tile's faces again. The
@@ -178,18 +178,30 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         hit = torch.nonzero(fi[..., 0].reshape(-1) >= 0).squeeze(1)  # pixels some face reaches
         compact = hit.numel() <= _COMPACT_SHARE * rows * cols
         known = select.slot_values(t)  # the selection's distance and depth, used without autograd
-        part_alpha, origin, centers = alpha, (t[1], t[3]), None
-        if compact:  # only the reached pixels, as a [1, P, 1, K] tile; the others are background
-            fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
-            known = None if known is None else [v.view(-1, 1, K).index_select(0, hit) for v in known]
-            part_alpha, origin, centers = part_alpha.view(1, -1, 1, 1), (0, 0), (hit // cols + t[1], hit % cols + t[3])
-        fi = _occupied(fi)
-        known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
-        part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
-        image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background,
-                                            settings, blend_settings, zr[None])
-        if not compact:
+
+        def shade(fi, part_alpha, origin, centers, known):
+            fi = _occupied(fi)
+            known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
+            part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
+            image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part,
+                                                background, settings, blend_settings, zr[None])
+            return image, depth, face
+
+        if not compact:  # blocks of whole rows
+            step = max(1, _SHADE_SLOTS // (K * cols))
+            image, depth, face = _joined(shade(fi[r:r + step], alpha[:, r:r + step], (t[1] + r, t[3]), None,
+                                               None if known is None else [v[r:r + step] for v in known])
+                                         for r in range(0, rows, step))
             return image, alpha, depth, face
+        # only the reached pixels, as [1, P, 1, K] blocks; the others are background
+        fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
+        known = None if known is None else [v.view(-1, 1, K).index_select(0, hit) for v in known]
+        row, col = hit // cols + t[1], hit % cols + t[3]
+        step = max(1, _SHADE_SLOTS // K)
+        image, depth, face = _joined(shade(fi[p:p + step], part_alpha[p:p + step].view(1, -1, 1, 1), (0, 0),
+                                           (row[p:p + step], col[p:p + step]),
+                                           None if known is None else [v[p:p + step] for v in known])
+                                     for p in range(0, max(1, hit.numel()), step))
         bg = background_tensor(background, image.shape[-1], image.dtype, image.device)
         return (_expand(image.view(-1, image.shape[-1]), hit, rows, cols, bg), alpha,
                 _expand(depth.view(-1), hit, rows, cols, math.inf), _expand(face.view(-1), hit, rows, cols, -1))
@@ -202,6 +214,19 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
 #: A soft tile is shaded only at the pixels some face reaches (compacted) when they are at most
 #: this share of its pixels; the others show the background (alpha 0, no face).
 _COMPACT_SHARE = 0.9
+#: Most K slots of a tile shaded (gathered, colored, blended) at once: the tile's pixels go in
+#: blocks of at most this many slots. Each operation's temporaries then stay a few MB, which
+#: the allocator hands out again instead of mapping fresh pages for each one (at 2^18 slots and
+#: more, page faults took about a third of a 1k-triangle 256^2 rgb forward + backward).
+_SHADE_SLOTS = 1 << 17
+
+
+def _joined(blocks) -> tuple[torch.Tensor, ...]:
+    """The ``(image, depth, face)`` of consecutive blocks joined along dim 1 (rows, or pixels)."""
+    blocks = list(blocks)
+    if len(blocks) == 1:
+        return blocks[0]
+    return tuple(torch.cat(parts, dim=1) for parts in zip(*blocks))
 
 
 def _expand(values: torch.Tensor, at: torch.Tensor, rows: int, cols: int, fill) -> torch.Tensor:
