@@ -256,7 +256,7 @@ def _face_bytes(dtype: torch.dtype) -> int:
     ranges, and their temporaries while it is built; the float64 reach lines, whose
     temporaries are gone before the first tile), kept while that element's tiles run, and of a
     tile's per-face span counts."""
-    return 24 * _item(dtype) + 96 + 72
+    return 24 * _item(dtype) + 96 + 8 * _REACH_COLUMNS
 
 
 #: The selected face indices are kept for the backward pass when they take at most
@@ -266,8 +266,8 @@ KEEP_SHARE = 4
 #: backward pass in ``1 / TERMS_SHARE`` of the budget (the tiles work in the rest).
 TERMS_SHARE = 4
 #: Bytes per ``(face, row)`` span of a group of spans in step 1: face, row, first and last
-#: column, width, the span's float64 reach lines (``[3, 3]``) and the temporaries that cut the
-#: span to them, and the list of candidate counts.
+#: column, width, the span's float64 reach (``[10]``, see :func:`_reach_table`) and the
+#: temporaries that cut the span to it, and the list of candidate counts.
 _SPAN_BYTES = 400
 
 
@@ -527,7 +527,7 @@ class FaceSelector:
         """The corners of element ``b``'s faces (``[9, F]``: one row per coordinate, ``x0, y0, z0,
         x1, ..., z2``, contiguous for gathers), its live faces (nonzero area, not culled, blur
         box on screen), with their pixel ranges (int64 ``[n]`` each) and reach
-        (:func:`_reach_lines`), and every face's nearest corner depth (``[F]``: no fragment of the
+        (:func:`_reach_table`), and every face's nearest corner depth (``[F]``: no fragment of the
         face is nearer). The live faces come in face order (a mesh's neighbours are near in
         memory), or nearest first by that depth where their boxes cover the frame more than
         ``_SORT_OVERDRAW`` times over (so that pixels are done early, see :func:`_hidden_depth`)."""
@@ -549,9 +549,9 @@ class FaceSelector:
         boxes = ((r1 - r0 + 1) * (c1 - c0 + 1)).index_select(0, live)
         if int(boxes.sum()) > _SORT_OVERDRAW * height * width:  # faces overlap deeply: nearest first
             live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)
-        lines = torch.empty(live.numel(), 3, 3, dtype=torch.float64, device=verts.device)
+        lines = torch.empty(live.numel(), _REACH_COLUMNS, dtype=torch.float64, device=verts.device)
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
-            lines[i:i + _LINE_BLOCK] = _reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius)
+            lines[i:i + _LINE_BLOCK] = _reach_table(_reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius))
         corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
         return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), lines, zmin
 
@@ -710,7 +710,7 @@ class FaceSelector:
     def _group(self, tri, face, top, n_rows, left, n_cols, lines):
         """Expand a group of faces reaching a tile into ``(face, row)`` spans and yield them in
         chunks of at most ``plan.max_frags`` candidates (see :meth:`spans`). Each span covers only
-        the columns of its row that the face's reach (``lines``, see :func:`_reach_lines`) can hold."""
+        the columns of its row that the face's reach (``lines``, see :func:`_reach_table`) can hold."""
         device = face.device
         span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, nearest faces first
         first = torch.cumsum(n_rows, 0) - n_rows
@@ -718,7 +718,9 @@ class FaceSelector:
         span_row = torch.repeat_interleave(top, n_rows) + offset
         box0 = torch.repeat_interleave(left, n_rows)
         box1 = box0 + torch.repeat_interleave(n_cols, n_rows) - 1
-        span_c0, span_c1 = _reach_columns(torch.repeat_interleave(lines, n_rows, dim=0), span_row, box0, box1)
+        owner = torch.repeat_interleave(torch.arange(face.numel(), device=device), n_rows)  # [S] row of lines
+        span_c0, span_c1 = _reach_columns(lines.t().contiguous().index_select(1, owner), span_row, box0, box1)
+        del owner
         del first, offset, box0, box1
         alive = torch.nonzero(span_c1 >= span_c0).squeeze(1)
         if alive.numel() < span_face.numel():
@@ -754,16 +756,50 @@ def _reach_lines(tri: torch.Tensor, radius: float) -> torch.Tensor:
     return torch.cat((normal, c[..., None]), dim=-1)
 
 
-def _reach_columns(lines: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
+#: Columns of a face's reach table (:func:`_reach_table`).
+_REACH_COLUMNS = 10
+
+
+def _reach_table(lines: torch.Tensor) -> torch.Tensor:
+    """float64 ``[n, 10]``: the reach half-planes ``lines`` (``[n, 3, 3]``, see :func:`_reach_lines`)
+    as bounds on the column of a row's centers, each linear in the row's center ``y``.
+
+    ``nx * x + ny * y >= c`` holds for ``x >= c / nx - (ny / nx) y`` where ``nx > 0`` (a left
+    bound), for ``x <= c / nx - (ny / nx) y`` where ``nx < 0`` (a right bound), and for every or no
+    ``x`` where ``nx == 0`` (a horizontal edge: ``c - ny * y <= 0``). A triangle has one or two left
+    bounds, one or two right bounds and at most one horizontal edge, so the columns are
+    ``(la0, lb0, la1, lb1)``: the left bounds ``a - b y`` (the first one twice when there is one),
+    ``(ra0, rb0, ra1, rb1)`` the right ones, and ``(hc, hny)`` the horizontal edge (``-inf, 0``
+    when there is none). A face without a left (right) bound, which only rounding can make,
+    gets ``-inf`` (``+inf``) there."""
+    nx, ny, c = lines.unbind(-1)  # [n, 3] each
+    safe = torch.where(nx == 0, 1.0, nx)
+    a, b = c / safe, ny / safe
+    columns = []
+    for side, bound in ((nx > 0, -math.inf), (nx < 0, math.inf)):
+        first = side.to(torch.int8).argmax(dim=1, keepdim=True)  # the first edge on this side
+        last = 2 - side.flip(1).to(torch.int8).argmax(dim=1, keepdim=True)  # the last one (or the same)
+        some = side.any(dim=1)
+        for k in (first, last):
+            columns.append(torch.where(some, a.gather(1, k).squeeze(1), bound))
+            columns.append(torch.where(some, b.gather(1, k).squeeze(1), 0.0))
+    flat = nx == 0
+    k = flat.to(torch.int8).argmax(dim=1, keepdim=True)
+    some = flat.any(dim=1)
+    columns.append(torch.where(some, c.gather(1, k).squeeze(1), -math.inf))
+    columns.append(torch.where(some, ny.gather(1, k).squeeze(1), 0.0))
+    return torch.stack(columns, dim=1)
+
+
+def _reach_columns(reach: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
     """Columns ``[s0, s1]`` (int64 ``[S]``) of box spans ``[c0, c1]`` on pixel rows ``row`` whose
-    centers satisfy the span's three half-planes ``lines`` (float64 ``[S, 3, 3]``); empty spans
-    come back with ``s1 < s0``."""
-    nx, ny, c = lines.unbind(-1)  # [S, 3] each
-    v = c - ny * (row.double() + 0.5)[:, None]  # the center x of the row must satisfy nx * x >= v
-    ratio = v / torch.where(nx == 0, 1.0, nx)
-    lo = torch.where(nx > 0, ratio, -math.inf).amax(dim=1)
-    hi = torch.where(nx < 0, ratio, math.inf).amin(dim=1)
-    hi = torch.where(((nx == 0) & (v > 0)).any(dim=1), -math.inf, hi)
+    centers satisfy the span's reach (float64 ``[10, S]``: :func:`_reach_table`'s columns as rows);
+    empty spans come back with ``s1 < s0``."""
+    la0, lb0, la1, lb1, ra0, rb0, ra1, rb1, hc, hny = reach
+    y = row.double() + 0.5
+    lo = torch.maximum(la0 - lb0 * y, la1 - lb1 * y)
+    hi = torch.minimum(ra0 - rb0 * y, ra1 - rb1 * y)
+    hi = torch.where(hc - hny * y > 0, -math.inf, hi)  # a horizontal edge's far side: no column
     lo = torch.ceil(lo.clamp(-2.0, 2.0**40) - 0.5).long()  # first column whose center is >= lo
     hi = torch.floor(hi.clamp(-2.0**40, 2.0**40) - 0.5).long()
     return torch.maximum(lo, c0), torch.minimum(hi, c1)
