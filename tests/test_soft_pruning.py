@@ -216,3 +216,49 @@ def test_skipping_never_changes_fragments_or_silhouette(device, seed, faces, k, 
         assert torch.equal(getattr(fast, name), getattr(full, name)), name
     assert torch.equal(fast_sil, full_sil)
     assert torch.equal(fast_sil, fast.alpha)  # the same alpha as the fragments'
+
+
+@fixture_safe_settings(max_examples=40)
+@given(seed=st.integers(0, 2**31 - 1), radius=st.floats(0.0, 6.0), flat=st.sampled_from([None, "row", "column"]),
+       scale=st.sampled_from([4.0, 40.0, 400.0]))
+def test_reach_spans_hold_every_pixel_within_the_radius(seed, radius, flat, scale):
+    """The columns a face's reach gives each row hold every pixel center within ``radius`` of the
+    face (the spans are a superset of the candidates; the distance test decides), and most of the
+    ones beyond lie outside: the spans follow slanted edges, not the box."""
+    g = torch.Generator().manual_seed(seed)
+    n, side = 64, 48
+    tri = torch.rand(n, 3, 3, generator=g, dtype=torch.float64) * scale - scale / 2 + side / 2
+    if flat == "row":
+        tri[:, 1, 1] = tri[:, 0, 1]  # a horizontal edge
+    elif flat == "column":
+        tri[:, 2, 0] = tri[:, 1, 0]  # a vertical edge
+    tri = tri.float()
+    xy = tri[..., :2].double()
+    area = (xy[:, 1, 0] - xy[:, 0, 0]) * (xy[:, 2, 1] - xy[:, 0, 1]) - (xy[:, 1, 1] - xy[:, 0, 1]) * (xy[:, 2, 0] - xy[:, 0, 0])
+    keep = area.abs() > 1e-3
+    tri, xy = tri[keep], xy[keep]
+    reach = torch_soft._reach_table(torch_soft._reach_lines(tri, radius))  # [n, 10]
+    rows = torch.arange(side)
+    F = tri.shape[0]
+    face = torch.arange(F).repeat_interleave(side)
+    row = rows.repeat(F)
+    s0, s1 = torch_soft._reach_columns(reach.t().contiguous().index_select(1, face), row,
+                                       torch.zeros_like(row), torch.full_like(row, side - 1))
+    # distance of every pixel center to every face (0 inside), by brute force
+    cx = torch.arange(side, dtype=torch.float64) + 0.5
+    px, py = cx[None, None, :], (row.double() + 0.5)[:, None, None]  # [S, 1, W] and [S, 1, 1]
+    a, b = xy[face], xy.roll(-1, dims=1)[face]  # [S, 3, 2] edge ends
+    e = b - a
+    t = (((px - a[..., :1]) * e[..., :1] + (py - a[..., 1:]) * e[..., 1:]) / (e ** 2).sum(-1, keepdim=True)).clamp(0, 1)
+    d2 = ((px - a[..., :1] - t * e[..., :1]) ** 2 + (py - a[..., 1:] - t * e[..., 1:]) ** 2).amin(dim=1)  # [S, W]
+    cross = e[..., :1] * (py - a[..., 1:]) - e[..., 1:] * (px - a[..., :1])  # [S, 3, W]
+    inside = (cross >= 0).all(dim=1) | (cross <= 0).all(dim=1)
+    within = inside | (d2 <= radius ** 2)
+    col = torch.arange(side)[None, :]
+    in_span = (col >= s0[:, None]) & (col <= s1[:, None])
+    assert not (within & ~in_span).any()  # nothing the radius reaches is left out
+    box_x0 = (xy[..., 0].amin(1) - radius)[face][:, None]
+    box_x1 = (xy[..., 0].amax(1) + radius)[face][:, None]
+    in_box = (cx[None, :] >= box_x0) & (cx[None, :] <= box_x1)
+    if int(in_box.sum()) > 200:
+        assert int((in_span & ~within).sum()) < 0.5 * int((in_box & ~within).sum()) + 10
