@@ -262,3 +262,13 @@ def test_reach_spans_hold_every_pixel_within_the_radius(seed, radius, flat, scal
     in_box = (cx[None, :] >= box_x0) & (cx[None, :] <= box_x1)
     if int(in_box.sum()) > 200:
         assert int((in_span & ~within).sum()) < 0.5 * int((in_box & ~within).sum()) + 10
+
+
+def test_an_edge_whose_normal_underflows_loosens_the_reach_and_drops_nothing():
+    """An edge whose x normal is subnormal (its bounds overflow to inf) bounds no column."""
+    tri = torch.tensor([[[0.0, 1e-311, 0.5], [10.0, 0.0, 0.5], [5.0, -8.0, 0.5]]], dtype=torch.float64)
+    reach = torch_soft._reach_table(torch_soft._reach_lines(tri, 1.0))
+    assert not torch.isnan(reach).any()
+    s0, s1 = torch_soft._reach_columns(reach.t().contiguous(), torch.tensor([0]), torch.tensor([0]),
+                                       torch.tensor([15]))
+    assert int(s0) <= 5 <= int(s1)  # the center (5.5, 0.5) lies within 1 px of the face

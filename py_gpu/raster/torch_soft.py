@@ -253,7 +253,7 @@ def _item(dtype: torch.dtype) -> int:
 
 def _face_bytes(dtype: torch.dtype) -> int:
     """Bytes per face of one batch element's face table (corners, grown boxes, row and column
-    ranges, and their temporaries while it is built; the float64 reach lines, whose
+    ranges, and their temporaries while it is built; the float64 reach table, whose
     temporaries are gone before the first tile), kept while that element's tiles run, and of a
     tile's per-face span counts."""
     return 24 * _item(dtype) + 96 + 8 * _REACH_COLUMNS
@@ -549,11 +549,11 @@ class FaceSelector:
         boxes = ((r1 - r0 + 1) * (c1 - c0 + 1)).index_select(0, live)
         if int(boxes.sum()) > _SORT_OVERDRAW * height * width:  # faces overlap deeply: nearest first
             live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)
-        lines = torch.empty(live.numel(), _REACH_COLUMNS, dtype=torch.float64, device=verts.device)
+        reach = torch.empty(live.numel(), _REACH_COLUMNS, dtype=torch.float64, device=verts.device)
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
-            lines[i:i + _LINE_BLOCK] = _reach_table(_reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius))
+            reach[i:i + _LINE_BLOCK] = _reach_table(_reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius))
         corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
-        return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), lines, zmin
+        return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), reach, zmin
 
     def spans(self, tile: Tile):
         """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, n)`` of
@@ -564,13 +564,13 @@ class FaceSelector:
         b, row0, row1, col0, col1 = tile
         if self.faces.shape[0] == 0:
             return
-        tri, live, f_r0, f_r1, f_c0, f_c1, lines, _ = self._table(b)
+        tri, live, f_r0, f_r1, f_c0, f_c1, reach, _ = self._table(b)
         # 1. bin: the live faces whose grown box reaches the tile
         near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
         if near.numel() == 0:
             return
         # index_select throughout: indexing with an index tensor (t[near]) is about 4x slower on the CPU
-        f_r0, f_r1, f_c0, f_c1, face, lines = (t.index_select(0, near) for t in (f_r0, f_r1, f_c0, f_c1, live, lines))
+        f_r0, f_r1, f_c0, f_c1, face, reach = (t.index_select(0, near) for t in (f_r0, f_r1, f_c0, f_c1, live, reach))
         top = f_r0.clamp(min=row0)
         n_rows = f_r1.clamp(max=row1 - 1) - top + 1
         left = f_c0.clamp(min=col0)
@@ -583,7 +583,7 @@ class FaceSelector:
             done = bounds[lo - 1] if lo else 0
             hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
             yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi],
-                                   lines[lo:hi])
+                                   reach[lo:hi])
             lo = hi
 
     @torch.no_grad()
@@ -707,10 +707,10 @@ class FaceSelector:
             return value
         return _LogMiss.apply(screen, value, self, tile)
 
-    def _group(self, tri, face, top, n_rows, left, n_cols, lines):
+    def _group(self, tri, face, top, n_rows, left, n_cols, reach):
         """Expand a group of faces reaching a tile into ``(face, row)`` spans and yield them in
         chunks of at most ``plan.max_frags`` candidates (see :meth:`spans`). Each span covers only
-        the columns of its row that the face's reach (``lines``, see :func:`_reach_table`) can hold."""
+        the columns of its row that the face's reach (``reach``, see :func:`_reach_table`) can hold."""
         device = face.device
         span_face = torch.repeat_interleave(face, n_rows)  # [S] (face, row) spans, nearest faces first
         first = torch.cumsum(n_rows, 0) - n_rows
@@ -718,8 +718,8 @@ class FaceSelector:
         span_row = torch.repeat_interleave(top, n_rows) + offset
         box0 = torch.repeat_interleave(left, n_rows)
         box1 = box0 + torch.repeat_interleave(n_cols, n_rows) - 1
-        owner = torch.repeat_interleave(torch.arange(face.numel(), device=device), n_rows)  # [S] row of lines
-        span_c0, span_c1 = _reach_columns(lines.t().contiguous().index_select(1, owner), span_row, box0, box1)
+        owner = torch.repeat_interleave(torch.arange(face.numel(), device=device), n_rows)  # [S] reach rows
+        span_c0, span_c1 = _reach_columns(reach.t().contiguous().index_select(1, owner), span_row, box0, box1)
         del owner
         del first, offset, box0, box1
         alive = torch.nonzero(span_c1 >= span_c0).squeeze(1)
@@ -776,7 +776,8 @@ def _reach_table(lines: torch.Tensor) -> torch.Tensor:
     safe = torch.where(nx == 0, 1.0, nx)
     a, b = c / safe, ny / safe
     columns = []
-    for side, bound in ((nx > 0, -math.inf), (nx < 0, math.inf)):
+    usable = torch.isfinite(a) & torch.isfinite(b)  # a subnormal nx overflows: no bound, a looser reach
+    for side, bound in ((usable & (nx > 0), -math.inf), (usable & (nx < 0), math.inf)):
         first = side.to(torch.int8).argmax(dim=1, keepdim=True)  # the first edge on this side
         last = 2 - side.flip(1).to(torch.int8).argmax(dim=1, keepdim=True)  # the last one (or the same)
         some = side.any(dim=1)

@@ -4,10 +4,10 @@ Every path that turns ``Fragments`` into a ``Frame`` comes through here: the bac
 ``render_frame``, the front end's clipped path and the ``Renderer``'s shading pass.
 
 Soft mode works in the tiles of :mod:`py_gpu.raster.torch_soft` (bands of rows that fit
-``RasterSettings.memory_budget``): :func:`render_soft_frame` selects, gathers, colors and blends
-each tile in one pass, and :func:`shade_soft` blends given fragments tile by tile. Neither keeps a
-whole-frame K-slot tensor, nor anything per tile for the backward pass, which evaluates one tile
-at a time again.
+``RasterSettings.memory_budget``): :func:`render_soft_frame` selects each tile's faces, then
+gathers, colors and blends them in blocks of a few MB of temporaries, and :func:`shade_soft`
+blends given fragments tile by tile. Neither keeps a whole-frame K-slot tensor, nor anything per
+tile for the backward pass, which evaluates one tile at a time again.
 """
 
 from __future__ import annotations
@@ -140,8 +140,9 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
 
     Each tile (rows, or a piece of a row) is selected, then gathered, colored and blended in
     blocks of at most ``_SHADE_SLOTS`` slots, so the working set is one tile's (it fits
-    ``settings.memory_budget``) and only the ``Frame`` is whole-frame. Where no face reaches part of a tile, only the reached pixels are
-    gathered and blended (the others are the background, alpha 0, no face). For the backward
+    ``settings.memory_budget``) and only the ``Frame`` is whole-frame. Where no face reaches part
+    of a tile, only the reached pixels are gathered and blended (the others are the background,
+    alpha 0, no face). For the backward
     pass the selected face indices are kept (int32) when they take at most ``1 / KEEP_SHARE`` (a
     quarter) of the budget; otherwise the backward pass selects each tile's faces again. The
     values are those of :func:`shade_soft` on :func:`py_gpu.raster.torch_soft.rasterize_soft`'s
@@ -214,10 +215,10 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
 #: A soft tile is shaded only at the pixels some face reaches (compacted) when they are at most
 #: this share of its pixels; the others show the background (alpha 0, no face).
 _COMPACT_SHARE = 0.9
-#: Most K slots of a tile shaded (gathered, colored, blended) at once: the tile's pixels go in
-#: blocks of at most this many slots. Each operation's temporaries then stay a few MB, which
-#: the allocator hands out again instead of mapping fresh pages for each one (at 2^18 slots and
-#: more, page faults took about a third of a 1k-triangle 256^2 rgb forward + backward).
+#: At most this many K slots of a tile are shaded (gathered, colored, blended) at once: the
+#: tile's pixels go in blocks of that many slots. Each operation's temporaries then stay a few
+#: MB, which the allocator hands out again instead of mapping fresh pages for each one (at 2^18
+#: slots and more, page faults took about a third of a 1k-triangle 256^2 rgb forward + backward).
 _SHADE_SLOTS = 1 << 17
 
 

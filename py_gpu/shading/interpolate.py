@@ -119,7 +119,7 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     fi = face_index.reshape(-1)
     safe = fi.clamp(min=0)
     # vertex ids, one contiguous [N] row per corner (a strided column of [N, 3] gathers slower)
-    corner = [column.index_select(0, safe) for column in faces.t().contiguous()]
+    corner = [faces[:, j].index_select(0, safe) for j in range(3)]  # no copy of the faces
     if Bv > 1:
         offset = (torch.arange(B, device=safe.device) * V)[:, None]
         corner = [(c.view(B, -1) + offset).view(-1) for c in corner]
