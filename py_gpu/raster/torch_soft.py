@@ -1234,7 +1234,7 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
     else:
         px = centers[1].index_select(0, pixel).to(dtype) + 0.5
         py = centers[0].index_select(0, pixel).to(dtype) + 0.5
-    corner = faces.t().index_select(1, fi)  # [3, N]
+    corner = torch.stack([faces[:, j].index_select(0, fi) for j in range(3)])  # [3, N] (faces.t() gathers ~3-6x slower)
     if torch.is_grad_enabled() and screen.requires_grad:  # closed-form backward
         dist_n, lam_n, depth_n = _Geometry.apply(screen, corner, px, py)
     else:
