@@ -237,12 +237,12 @@ def test_reach_spans_hold_every_pixel_within_the_radius(seed, radius, flat, scal
     area = (xy[:, 1, 0] - xy[:, 0, 0]) * (xy[:, 2, 1] - xy[:, 0, 1]) - (xy[:, 1, 1] - xy[:, 0, 1]) * (xy[:, 2, 0] - xy[:, 0, 0])
     keep = area.abs() > 1e-3
     tri, xy = tri[keep], xy[keep]
-    reach = torch_soft._reach_table(torch_soft._reach_lines(tri, radius))  # [n, 10]
+    reach = torch_soft._reach_table(torch_soft._reach_lines(tri, radius))  # [10, n]
     rows = torch.arange(side)
     F = tri.shape[0]
     face = torch.arange(F).repeat_interleave(side)
     row = rows.repeat(F)
-    s0, s1 = torch_soft._reach_columns(reach.t().contiguous().index_select(1, face), row,
+    s0, s1 = torch_soft._reach_columns(reach.index_select(1, face), row,
                                        torch.zeros_like(row), torch.full_like(row, side - 1))
     # distance of every pixel center to every face (0 inside), by brute force
     cx = torch.arange(side, dtype=torch.float64) + 0.5
@@ -269,6 +269,6 @@ def test_an_edge_whose_normal_underflows_loosens_the_reach_and_drops_nothing():
     tri = torch.tensor([[[0.0, 1e-311, 0.5], [10.0, 0.0, 0.5], [5.0, -8.0, 0.5]]], dtype=torch.float64)
     reach = torch_soft._reach_table(torch_soft._reach_lines(tri, 1.0))
     assert not torch.isnan(reach).any()
-    s0, s1 = torch_soft._reach_columns(reach.t().contiguous(), torch.tensor([0]), torch.tensor([0]),
+    s0, s1 = torch_soft._reach_columns(reach, torch.tensor([0]), torch.tensor([0]),
                                        torch.tensor([15]))
     assert int(s0) <= 5 <= int(s1)  # the center (5.5, 0.5) lies within 1 px of the face

@@ -256,7 +256,7 @@ def _face_bytes(dtype: torch.dtype) -> int:
     ranges, and their temporaries while it is built; the float64 reach table, whose
     temporaries are gone before the first tile), kept while that element's tiles run, and of a
     tile's per-face span counts."""
-    return 24 * _item(dtype) + 96 + 8 * _REACH_COLUMNS
+    return 24 * _item(dtype) + 96 + 8 * _REACH_ROWS
 
 
 #: The selected face indices are kept for the backward pass when they take at most
@@ -526,8 +526,8 @@ class FaceSelector:
     def _build(self, b: int):
         """The corners of element ``b``'s faces (``[9, F]``: one row per coordinate, ``x0, y0, z0,
         x1, ..., z2``, contiguous for gathers), its live faces (nonzero area, not culled, blur
-        box on screen), with their pixel ranges (int64 ``[n]`` each) and reach
-        (:func:`_reach_table`), and every face's nearest corner depth (``[F]``: no fragment of the
+        box on screen), with their pixel ranges (int64 ``[n]`` each) and reach (``[10, n]``,
+        :func:`_reach_table`), and every face's nearest corner depth (``[F]``: no fragment of the
         face is nearer). The live faces come in face order (a mesh's neighbours are near in
         memory), or nearest first by that depth where their boxes cover the frame more than
         ``_SORT_OVERDRAW`` times over (so that pixels are done early, see :func:`_hidden_depth`)."""
@@ -549,9 +549,10 @@ class FaceSelector:
         boxes = ((r1 - r0 + 1) * (c1 - c0 + 1)).index_select(0, live)
         if int(boxes.sum()) > _SORT_OVERDRAW * height * width:  # faces overlap deeply: nearest first
             live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)
-        reach = torch.empty(live.numel(), _REACH_COLUMNS, dtype=torch.float64, device=verts.device)
+        reach = torch.empty(_REACH_ROWS, live.numel(), dtype=torch.float64, device=verts.device)
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
-            reach[i:i + _LINE_BLOCK] = _reach_table(_reach_lines(tri.index_select(0, live[i:i + _LINE_BLOCK]), radius))
+            part = tri.index_select(0, live[i:i + _LINE_BLOCK])
+            reach[:, i:i + _LINE_BLOCK] = _reach_table(_reach_lines(part, radius))
         corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
         return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), reach, zmin
 
@@ -570,7 +571,8 @@ class FaceSelector:
         if near.numel() == 0:
             return
         # index_select throughout: indexing with an index tensor (t[near]) is about 4x slower on the CPU
-        f_r0, f_r1, f_c0, f_c1, face, reach = (t.index_select(0, near) for t in (f_r0, f_r1, f_c0, f_c1, live, reach))
+        f_r0, f_r1, f_c0, f_c1, face = (t.index_select(0, near) for t in (f_r0, f_r1, f_c0, f_c1, live))
+        reach = reach.index_select(1, near)
         top = f_r0.clamp(min=row0)
         n_rows = f_r1.clamp(max=row1 - 1) - top + 1
         left = f_c0.clamp(min=col0)
@@ -583,7 +585,7 @@ class FaceSelector:
             done = bounds[lo - 1] if lo else 0
             hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
             yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi],
-                                   reach[lo:hi])
+                                   reach[:, lo:hi])
             lo = hi
 
     @torch.no_grad()
@@ -718,10 +720,9 @@ class FaceSelector:
         span_row = torch.repeat_interleave(top, n_rows) + offset
         box0 = torch.repeat_interleave(left, n_rows)
         box1 = box0 + torch.repeat_interleave(n_cols, n_rows) - 1
-        owner = torch.repeat_interleave(torch.arange(face.numel(), device=device), n_rows)  # [S] reach rows
-        span_c0, span_c1 = _reach_columns(reach.t().contiguous().index_select(1, owner), span_row, box0, box1)
-        del owner
-        del first, offset, box0, box1
+        owner = torch.repeat_interleave(torch.arange(face.numel(), device=device), n_rows)  # [S] reach columns
+        span_c0, span_c1 = _reach_columns(reach.index_select(1, owner), span_row, box0, box1)
+        del first, offset, box0, box1, owner
         alive = torch.nonzero(span_c1 >= span_c0).squeeze(1)
         if alive.numel() < span_face.numel():
             span_face, span_row, span_c0, span_c1 = (t.index_select(0, alive) for t in (span_face, span_row, span_c0,
@@ -756,18 +757,19 @@ def _reach_lines(tri: torch.Tensor, radius: float) -> torch.Tensor:
     return torch.cat((normal, c[..., None]), dim=-1)
 
 
-#: Columns of a face's reach table (:func:`_reach_table`).
-_REACH_COLUMNS = 10
+#: Rows of the faces' reach table (:func:`_reach_table`), one per bound coefficient.
+_REACH_ROWS = 10
 
 
 def _reach_table(lines: torch.Tensor) -> torch.Tensor:
-    """float64 ``[n, 10]``: the reach half-planes ``lines`` (``[n, 3, 3]``, see :func:`_reach_lines`)
-    as bounds on the column of a row's centers, each linear in the row's center ``y``.
+    """float64 ``[10, n]``: the reach half-planes ``lines`` (``[n, 3, 3]``, see :func:`_reach_lines`)
+    as bounds on the column of a row's centers, each linear in the row's center ``y`` (one row
+    per coefficient, so that the bounds of a span's face are gathered as contiguous rows).
 
     ``nx * x + ny * y >= c`` holds for ``x >= c / nx - (ny / nx) y`` where ``nx > 0`` (a left
     bound), for ``x <= c / nx - (ny / nx) y`` where ``nx < 0`` (a right bound), and for every or no
     ``x`` where ``nx == 0`` (a horizontal edge: ``c - ny * y <= 0``). A triangle has one or two left
-    bounds, one or two right bounds and at most one horizontal edge, so the columns are
+    bounds, one or two right bounds and at most one horizontal edge, so the rows are
     ``(la0, lb0, la1, lb1)``: the left bounds ``a - b y`` (the first one twice when there is one),
     ``(ra0, rb0, ra1, rb1)`` the right ones, and ``(hc, hny)`` the horizontal edge (``-inf, 0``
     when there is none). A face without a left (right) bound, which only rounding can make,
@@ -789,13 +791,13 @@ def _reach_table(lines: torch.Tensor) -> torch.Tensor:
     some = flat.any(dim=1)
     columns.append(torch.where(some, c.gather(1, k).squeeze(1), -math.inf))
     columns.append(torch.where(some, ny.gather(1, k).squeeze(1), 0.0))
-    return torch.stack(columns, dim=1)
+    return torch.stack(columns)
 
 
 def _reach_columns(reach: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
     """Columns ``[s0, s1]`` (int64 ``[S]``) of box spans ``[c0, c1]`` on pixel rows ``row`` whose
-    centers satisfy the span's reach (float64 ``[10, S]``: :func:`_reach_table`'s columns as rows);
-    empty spans come back with ``s1 < s0``."""
+    centers satisfy the span's reach (float64 ``[10, S]``, see :func:`_reach_table`); empty spans
+    come back with ``s1 < s0``."""
     la0, lb0, la1, lb1, ra0, rb0, ra1, rb1, hc, hny = reach
     y = row.double() + 0.5
     lo = torch.maximum(la0 - lb0 * y, la1 - lb1 * y)
