@@ -142,11 +142,10 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     blocks of at most ``_SHADE_SLOTS`` slots, so the working set is one tile's (it fits
     ``settings.memory_budget``) and only the ``Frame`` is whole-frame. Where no face reaches part
     of a tile, only the reached pixels are gathered and blended (the others are the background,
-    alpha 0, no face). For the backward
-    pass the selected face indices are kept (int32) when they take at most ``1 / KEEP_SHARE`` (a
-    quarter) of the budget; otherwise the backward pass selects each tile's faces again. The
-    values are those of :func:`shade_soft` on :func:`py_gpu.raster.torch_soft.rasterize_soft`'s
-    fragments.
+    alpha 0, no face). For the backward pass the selected face indices are kept (int32) when they
+    take at most ``1 / KEEP_SHARE`` (a quarter) of the budget; otherwise the backward pass selects
+    each tile's faces again. The values are those of :func:`shade_soft` on
+    :func:`py_gpu.raster.torch_soft.rasterize_soft`'s fragments.
 
     Raises:
         MemoryBudgetError: the budget cannot hold the work of one pixel (and the face table), or
