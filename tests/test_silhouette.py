@@ -85,12 +85,13 @@ def test_bad_input_says_what_is_wrong(device):
 
 @pytest.mark.parametrize("budget", [120_000, 4_000_000], ids=["partly-kept", "all-kept"])
 def test_kept_and_recomputed_terms_give_the_same_gradients(monkeypatch, device, budget):
-    """The forward pass keeps the candidates' gradient terms block by block while they fit a
-    quarter of the budget; the backward pass evaluates the other blocks again. Either way the
+    """The forward pass keeps the candidates' gradient terms chunk by chunk while they fit a
+    quarter of the budget; the backward pass evaluates the other chunks again. Either way the
     gradients are render's."""
     from py_gpu.raster import torch_soft
 
-    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks, so that the budget cuts between them
+    monkeypatch.setattr(torch_soft, "_BLOCK", 64)
+    monkeypatch.setattr(torch_soft, "_CHUNK_CANDIDATES", 64)  # many chunks, so that the budget cuts between them
     seen = []
     original = torch_soft.FaceSelector.miss
 
@@ -120,7 +121,8 @@ def test_render_keeps_the_silhouette_terms_it_can(monkeypatch, device, share):
     those of a render that keeps none and evaluates them all again in the backward pass."""
     from py_gpu.raster import torch_soft
 
-    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks, so that the room cuts between them
+    monkeypatch.setattr(torch_soft, "_BLOCK", 64)
+    monkeypatch.setattr(torch_soft, "_CHUNK_CANDIDATES", 64)  # many chunks, so that the room cuts between them
     seen = []
     original = torch_soft.FaceSelector.__call__
 
@@ -147,7 +149,7 @@ def test_render_keeps_the_silhouette_terms_it_can(monkeypatch, device, share):
     kept = gradient(share)
     recomputed = [flag for tile in seen for flag in tile]
     seen.clear()
-    none = gradient(10**12)  # no room: every block is evaluated again
+    none = gradient(10**12)  # no room: every chunk is evaluated again
     assert all(flag for tile in seen for flag in tile)
     assert not all(recomputed) and any(recomputed) == (share == 500)
     assert torch.equal(kept[0], none[0])

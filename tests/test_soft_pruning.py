@@ -152,25 +152,32 @@ def test_silhouette_skips_done_pixels_and_equals_render_alpha(monkeypatch, devic
     assert torch.allclose(grad, full_grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("budget", [400_000, 2**29], ids=["evaluated-again", "kept"])
 @pytest.mark.parametrize("path", ["silhouette", "render"])
-def test_blocks_evaluated_again_in_the_backward_pass_skip_the_same_spans(monkeypatch, device, small_chunks, path):
-    """With little room for the gradient terms, the backward pass evaluates most candidate blocks
-    again; it visits the spans the forward pass evaluated (whole spans behind done pixels were
-    skipped there), so that its blocks line up with the kept ones."""
+def test_gradient_terms_are_evaluated_only_where_alpha_is_below_one(monkeypatch, device, small_chunks, path, budget):
+    """The silhouette gradient terms, whether the forward pass keeps them (room enough) or the
+    backward pass evaluates them again (little room), are evaluated only for the candidates at
+    pixels whose alpha is below 1, far fewer than all; the gradients are those of evaluating
+    every candidate everywhere."""
     dtype = float64_on(device)
-    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks, so that the room runs out between them
+    monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks and chunks, so that the room runs out between them
     scene = stacked_scene(device=device, dtype=dtype)
-    s = soft(sigma=1.0, faces_per_pixel=4, memory_budget=400_000)
+    s = soft(sigma=1.0, faces_per_pixel=4, memory_budget=budget)
     up = torch.rand(1, *SIZE, 1, generator=torch.Generator().manual_seed(6), dtype=torch.float64).to(device, dtype)
-    skipped, recomputed = [], []
-    real_record, real_backward = torch_soft.FaceSelector._record_spans, torch_soft._LogMiss.backward
+    seen = {"terms": 0, "reached": 0, "again": 0}
+    real_terms, real_backward = torch_soft._miss_terms, torch_soft._LogMiss.backward
 
-    def record(self, tile, spans):
-        skipped.append(sum(0 if keep is None else 1 for keep in spans))
-        return real_record(self, tile, spans)
+    def terms(table, face, col, row, sigma, reach, dist_only=False, depth=False):
+        out = real_terms(table, face, col, row, sigma, reach, dist_only=dist_only, depth=depth)
+        d = out[0] if isinstance(out, tuple) else out
+        if dist_only:
+            seen["reached"] += int((d >= reach).sum())
+        else:
+            seen["terms"] += face.numel()
+        return out
 
     def backward(ctx, grad):
-        recomputed.append(None in ctx.selector.kept_terms.get(ctx.tile, [None]))
+        seen["again"] += None in (ctx.selector.kept_terms.get(ctx.tile) or [None])
         return real_backward(ctx, grad)
 
     def grad():
@@ -183,10 +190,11 @@ def test_blocks_evaluated_again_in_the_backward_pass_skip_the_same_spans(monkeyp
         (alpha * up).sum().backward()
         return alpha.detach(), v.grad
 
-    monkeypatch.setattr(torch_soft.FaceSelector, "_record_spans", record)
+    monkeypatch.setattr(torch_soft, "_miss_terms", terms)
     monkeypatch.setattr(torch_soft._LogMiss, "backward", staticmethod(backward))
     alpha, g = grad()
-    assert sum(skipped) > 0 and any(recomputed)  # spans were skipped, and blocks evaluated again
+    assert (seen["again"] > 0) == (budget == 400_000)
+    assert 0 < seen["terms"] < 0.5 * seen["reached"], seen
     with monkeypatch.context() as m:
         _unpruned(m)
         want_alpha, want_g = grad()

@@ -68,7 +68,8 @@ from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
-           "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET"]
+           "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET",
+           "exp_normal"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -220,6 +221,19 @@ class _Geometry(torch.autograd.Function):
         for k, g in enumerate((gx, gy, g_z)):  # 1D index_add_ per coordinate (faster than [N, 3] rows)
             grad[k].index_add_(0, at, g.reshape(-1))
         return grad.t(), None, None, None
+
+
+def exp_normal(x: torch.Tensor) -> torch.Tensor:
+    """``exp(x)``, with 0 where it would be subnormal or 0 (``x`` below the log of the dtype's
+    smallest normal number, about -87.3 in float32 and -708.4 in float64).
+
+    torch's CPU ``exp`` takes a slow path for such arguments: measured at one thread, 131k float32
+    values below -87.3 take 1.3-3.9 ms, against 0.11 ms for ordinary ones. Soft blending meets
+    them constantly (weights ``exp(logit - top)`` of faces far behind, and ``exp`` of the
+    silhouette sums of deeply covered pixels), while what they would add lies below the rounding
+    of every sum they enter: ``1 - exp(x)`` is exactly 1 there either way."""
+    floor = math.log(torch.finfo(x.dtype).tiny)
+    return torch.where(x < floor, 0.0, torch.exp(x.clamp(min=floor)))
 
 
 def faces_kept(screen: torch.Tensor, faces: torch.Tensor, cull_backfaces: bool) -> torch.Tensor:
@@ -468,7 +482,7 @@ def rasterize_soft(batch: TriangleBatch, size, settings: RasterSettings | None =
 
     def tile(t: tuple, fi: torch.Tensor, scr: torch.Tensor, wb: torch.Tensor | None):
         fr = gather_tile(scr, wb, faces, fi, (t[1], t[3]))
-        alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
+        alpha = (1.0 - exp_normal(select.log_miss(t, scr)))[None, ..., None]
         return (fr.bary, fr.depth, fr.dist, alpha) + ((fr.screen_bary,) if clip else ())
 
     dev = batch.device
@@ -508,13 +522,14 @@ class FaceSelector:
         self._element: tuple[int, tuple] | None = None
         self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
         self.kept_terms: dict = {}  # tile -> its candidates' gradient terms (see miss)
-        self.kept_spans: dict = {}  # tile -> per chunk, the spans evaluated (see _visible_spans)
         self.room = 0  # bytes left for kept gradient terms
-        self._slots: tuple | None = None  # (tile, distance, depth) of the last selection
+        self._slots: dict = {}  # tile -> (distance, depth) of its selection: the last one, or all held
+        self.hold_slots = False  # keep every tile's slot values (see slot_values) until release
 
     def release(self) -> None:
         """Drop the cached face table and the last selection's slot values."""
-        self._element = self._slots = None
+        self._element = None
+        self._slots, self.hold_slots = {}, False
 
     def _table(self, b: int):
         if self._element is None or self._element[0] != b:
@@ -600,34 +615,37 @@ class FaceSelector:
         best_dist = torch.zeros((rows * width, K), dtype=self.screen.dtype, device=device)
         log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
-        terms = _Terms(self.room) if self.room > 0 and tile not in self.kept_terms else None
+        terms = _Terms(self.room, self.screen.dtype) if self.room > 0 and tile not in self.kept_terms else None
         zmin = self._table(b)[-1]
-        record = []
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
             hidden = None if i == 0 else _hidden_depth(log_miss, best_depth, best_face)
             keep = None if hidden is None else _visible_spans(hidden, zmin, face, row, c0, span_w, (row0, col0), width)
-            record.append(keep)
             if keep is not None:  # whole spans behind done pixels
                 face, row, c0, span_w = (t.index_select(0, keep) for t in (face, row, c0, span_w))
                 n = int(span_w.sum())
                 if n == 0:
+                    if terms is not None:
+                        terms.record()
                     continue
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
                    hidden=hidden, zmin=zmin)
-        self._record_spans(tile, record)
         self._keep_miss(tile, log_miss)
-        if terms is not None and terms.used:
+        if terms is not None and terms.chunks:
+            used = terms.finish(self._table(b)[0], log_miss, -_saturated(log_miss.dtype), (row0, col0), width, s.sigma, reach)
             self.kept_terms[tile] = terms.blocks
-            self.room -= terms.used
-        self._slots = (tile, best_dist.view(rows, width, K), best_depth.view(rows, width, K))
+            self.room -= used
+        if not self.hold_slots:
+            self._slots.clear()
+        self._slots[tile] = (best_dist.view(rows, width, K), best_depth.view(rows, width, K))
         return best_face.view(rows, width, K)
 
     def slot_values(self, tile: Tile) -> tuple[torch.Tensor, torch.Tensor] | None:
         """float ``[rows, cols, K]`` distance and depth of the faces the last call selected for
-        ``tile`` (:func:`soft_geometry`'s values, bit for bit), or None for another tile."""
-        slots = self._slots
-        return slots[1:] if slots is not None and slots[0] == tile else None
+        ``tile`` (:func:`soft_geometry`'s values, bit for bit), or None for another tile. With
+        ``hold_slots`` (set by :class:`TileLoop` when it selects every tile's faces before
+        shading any), every tile's are kept until :meth:`release`."""
+        return self._slots.get(tile)
 
     @torch.no_grad()
     def miss(self, tile: Tile, room: int = 0) -> int:
@@ -635,58 +653,55 @@ class FaceSelector:
         faces (steps 1-2, and of step 3 only the sum; the same values as :meth:`__call__`'s, bit
         for bit: each pixel adds its fragments in the same order), kept for :meth:`log_miss`. A
         pixel whose sum is below ``-_saturated`` (its alpha is exactly 1) takes no further terms
-        (whole spans whose pixels all are so are skipped, and recorded for the backward pass).
+        (whole spans whose pixels all are so are skipped).
 
-        The gradient terms (:func:`_miss_terms`) of the candidates, block by block while they fit
-        ``room`` bytes, are kept too, for the backward pass (``kept_terms[tile]``: one entry per
-        block, None for a block it evaluates again). Returns the bytes kept."""
+        With ``room`` (bytes), the gradient terms (:func:`_miss_terms`) of the candidates at the
+        pixels whose alpha is not exactly 1 are kept too, chunk by chunk while they fit, for the
+        backward pass (``kept_terms[tile]``, see :class:`_Terms`). Returns the bytes kept."""
         b, row0, row1, col0, col1 = tile
         s, dtype = self.settings, self.screen.dtype
         width = col1 - col0
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
-        terms = _Terms(room)
-        floor, look, k, record = -_saturated(dtype), False, 0, []
+        terms = _Terms(room, dtype) if room > 0 else None
+        floor, look, k = -_saturated(dtype), False, 0
         zmin = self._table(b)[-1]
         for chunk in self.spans(tile):
             keep = None
             if look:  # whole spans whose pixels all have alpha exactly 1 already
                 done = torch.where(log_miss < floor, -math.inf, math.inf)
                 keep = _visible_spans(done, zmin, *chunk[1:5], (row0, col0), width)
-            record.append(keep)
+            hits = []
             for tri, f, r, c, pix in _candidate_blocks([chunk], (row0, col0), width, [keep]):
                 look = look or (k % _SATURATION_CHECK == _SATURATION_CHECK - 1
                                 and int((log_miss < floor).sum()) * _HIDDEN_SHARE >= log_miss.numel())
                 k += 1
-                self._miss_block(log_miss, terms, tri, f, r, c, pix, look, floor, reach)
-        self._record_spans(tile, record)
+                hits.append(self._miss_block(log_miss, tri, f, r, c, pix, look, floor, reach))
+            if terms is not None:
+                terms.record(*(torch.cat(v) for v in zip(*hits))) if hits else terms.record()
         self._keep_miss(tile, log_miss)
-        if terms.used:
-            self.kept_terms[tile] = terms.blocks
-        return terms.used
+        if terms is None or not terms.chunks:
+            return 0
+        used = terms.finish(self._table(b)[0], log_miss, floor, (row0, col0), width, s.sigma, reach)
+        self.kept_terms[tile] = terms.blocks
+        return used
 
-    def _miss_block(self, log_miss, terms, tri, f, r, c, pix, look: bool, floor: float, reach: float) -> None:
+    def _miss_block(self, log_miss, tri, f, r, c, pix, look: bool, floor: float,
+                    reach: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Add one block of candidates' ``log(1 - D)`` into ``log_miss`` (with ``look``, only those at
-        pixels whose sum is not below ``floor`` yet), keeping their gradient terms in ``terms``."""
+        pixels whose sum is not below ``floor`` yet); returns the reached ones' faces and pixels."""
         if look:  # skip the candidates at pixels whose alpha is exactly 1 already
             live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
             if live.numel() == 0:
-                terms.skip()
-                return
+                return f[:0], pix[:0]
             if live.numel() < pix.numel():
                 f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
         sigma = self.settings.sigma
-        dist = terms.evaluate(tri, f, c, r, pix, sigma, reach)[0]
+        dist = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True)
         hit = torch.nonzero(dist >= reach).squeeze(1)
-        log_miss.index_add_(0, pix.index_select(0, hit), nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
-
-    def _record_spans(self, tile: Tile, record: list) -> None:
-        """Keep which spans of each chunk the tile evaluated, for the backward pass to visit the same
-        candidate blocks (None entries: every span; nothing kept when no chunk skipped one)."""
-        if any(keep is not None for keep in record):
-            self.kept_spans[tile] = record
-        else:
-            self.kept_spans.pop(tile, None)
+        pix = pix.index_select(0, hit)
+        log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
+        return f.index_select(0, hit), pix
 
     def _keep_miss(self, tile: Tile, log_miss: torch.Tensor) -> None:
         b, row0, row1, col0, col1 = tile
@@ -811,8 +826,10 @@ def _reach_columns(reach: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1:
 class _LogMiss(torch.autograd.Function):
     """``sum log(1 - D)`` per pixel of a tile over all its candidates: the forward value is given
     (computed by the selection); the backward pass applies the closed-form derivative of
-    :func:`_miss_terms`, to the terms the forward pass kept for the tile (:meth:`FaceSelector.miss`
-    with ``room``) and to the candidates it did not keep, evaluated again block by block."""
+    :func:`_miss_terms`, to the terms the forward pass kept for the tile (:class:`_Terms`) and to
+    the candidates of the chunks it did not keep, evaluated again. Only candidates at pixels
+    whose alpha is not exactly 1 are evaluated: where it is, the silhouette has no gradient (and
+    the selection skipped faces only there)."""
 
     @staticmethod
     def forward(ctx, screen, value, selector, tile):
@@ -825,11 +842,11 @@ class _LogMiss(torch.autograd.Function):
     def backward(ctx, grad):
         (screen,) = ctx.saved_tensors
         sel: FaceSelector = ctx.selector
-        _, r0, r1, c0, c1 = ctx.tile
+        b, r0, r1, c0, c1 = ctx.tile
         width = c1 - c0
         # where alpha is exactly 1 (the sum is below -_saturated) it has no gradient: the selection
         # stopped adding terms there, so what it added is dropped as well
-        done = sel._log_miss[ctx.tile[0], r0:r1, c0:c1].reshape(-1) < -_saturated(screen.dtype)
+        done = sel._log_miss[b, r0:r1, c0:c1].reshape(-1) < -_saturated(screen.dtype)
         g = torch.where(done, 0.0, grad.reshape(-1))
         faces, s = sel.faces, sel.settings
         flat = faces.reshape(-1)  # corner c of face f is vertex flat[3 f + c]; edge 3 f + j runs from corner j
@@ -843,16 +860,21 @@ class _LogMiss(torch.autograd.Function):
                 xy[k % 2].index_add_(0, vertex, terms[k])
 
         with torch.no_grad():
-            kept = sel.kept_terms.pop(ctx.tile, [])
-            for terms in kept:  # the blocks the forward pass kept
-                if terms:
-                    add(*terms)
-            skips = sel.kept_spans.pop(ctx.tile, None)
-            if not kept or None in kept:  # the others: evaluated again, block by block (in the same order)
-                blocks = _candidate_blocks(sel.spans(ctx.tile), (r0, c0), width, skips)
-                for block, (tri, f, r, c, pix) in enumerate(blocks):
-                    if not kept or kept[block] is None:
+            kept = sel.kept_terms.pop(ctx.tile, None)
+            for blocks in kept or ():  # the chunks the forward pass kept
+                for block in blocks or ():
+                    add(*block)
+            if kept is None or None in kept:  # the others: evaluated again at the pixels not done
+                zmin = sel._table(b)[-1]
+                open_ = torch.where(done, -math.inf, math.inf)  # whole spans at done pixels are skipped
+                for k, chunk in enumerate(sel.spans(ctx.tile)):
+                    if kept is not None and kept[k] is not None:
+                        continue
+                    keep = _visible_spans(open_, zmin, *chunk[1:5], (r0, c0), width)
+                    for tri, f, r, c, pix in _candidate_blocks([chunk], (r0, c0), width, [keep]):
                         live = torch.nonzero(~done.index_select(0, pix)).squeeze(1)
+                        if live.numel() == 0:
+                            continue
                         if live.numel() < pix.numel():
                             f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
                         _, edge, terms = _miss_terms(tri, f, c, r, s.sigma, -(s.blur_radius ** 2))
@@ -912,30 +934,56 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
 
 
 class _Terms:
-    """The silhouette gradient terms of a tile's candidate blocks, kept while they fit ``room``
-    bytes: ``blocks`` has one entry per block, in the order the tile's spans give them,
-    ``(pixel, edge, terms)`` (see :func:`_miss_terms`), ``()`` for a block with nothing to add,
-    or None for a block not kept."""
+    """The silhouette gradient terms a tile keeps for :class:`_LogMiss`'s backward pass.
 
-    def __init__(self, room: int):
-        self.room, self.used, self.blocks = room, 0, []
+    While the tile is selected, each chunk of its spans gives its reached candidates (face and
+    tile pixel, :meth:`record`), kept while they fit ``room`` bytes. When the tile's sums are
+    complete, :meth:`finish` evaluates the terms (:func:`_miss_terms`) only of the candidates at
+    pixels whose alpha is not exactly 1: elsewhere the silhouette has no gradient, and in deeply
+    covered scenes that is most pixels (94% of a 256^2 frame of 1k random triangles), whose terms
+    would be evaluated for nothing. ``blocks``: one entry per chunk, a list of ``(pixel, edge,
+    terms)`` blocks, or None for a chunk not kept (the backward pass evaluates it again)."""
 
-    def evaluate(self, table, face, col, row, pix, sigma: float, reach: float, depth: bool = False):
-        """``dist`` (and with ``depth`` the depth) of one block of candidates at tile pixels
-        ``pix``, keeping the block's terms when they fit."""
-        size = face.numel() * _term_bytes(table.dtype)
+    def __init__(self, room: int, dtype: torch.dtype):
+        self.room, self.used, self.chunks, self.size = room, 0, [], _term_bytes(dtype)
+        self.blocks: list = []
+
+    def record(self, face: torch.Tensor | None = None, pix: torch.Tensor | None = None) -> None:
+        """One chunk's reached candidates (int64 ``[n]`` each; none when not given), counted at
+        their terms' size (``_term_bytes``), the most they keep."""
+        if face is None or face.numel() == 0:
+            self.chunks.append(())
+            return
+        size = face.numel() * self.size
         if self.used + size > self.room:
-            self.blocks.append(None)
-            out = _miss_terms(table, face, col, row, sigma, reach, dist_only=True, depth=depth)
-            return out if depth else (out,)
-        *out, edge, grad = _miss_terms(table, face, col, row, sigma, reach, depth=depth)
-        self.blocks.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+            self.chunks.append(None)
+            return
+        self.chunks.append((face, pix))
         self.used += size
-        return out
 
-    def skip(self) -> None:
-        """A block none of whose candidates is evaluated (all at saturated pixels): nothing to add."""
-        self.blocks.append(())
+    def finish(self, table: torch.Tensor, log_miss: torch.Tensor, floor: float, origin: tuple[int, int], width: int,
+               sigma: float, reach: float) -> int:
+        """Evaluate the kept chunks' terms at the pixels whose sum ``log_miss`` is not below
+        ``floor`` (corners from ``table``, pixels of the tile at ``origin``, rows ``width`` long);
+        returns the bytes they take."""
+        self.used = 0
+        for entry in self.chunks:
+            if not entry:
+                self.blocks.append(entry)
+                continue
+            face, pix = entry
+            live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
+            face, pix = face.index_select(0, live), pix.index_select(0, live)
+            row, col = pix // width + origin[0], pix % width + origin[1]
+            parts = []
+            for i in range(0, pix.numel(), _BLOCK):
+                part = slice(i, i + _BLOCK)
+                _, edge, grad = _miss_terms(table, face[part], col[part], row[part], sigma, reach)
+                parts.append((pix[part], edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+            self.blocks.append(parts)
+            self.used += pix.numel() * self.size
+        self.chunks = []
+        return self.used
 
 
 def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -985,8 +1033,8 @@ def _candidate_blocks(spans, origin: tuple[int, int], width: int, kept_spans: li
     """The candidates of a tile's span chunks (:meth:`FaceSelector.spans`) in blocks of
     ``_BLOCK``, in order: ``(table, face, row, col, pixel)``, the last ``[n]`` each, ``pixel`` in
     the tile whose top-left pixel is ``origin`` and whose rows are ``width`` long. With
-    ``kept_spans`` (one entry per chunk, see :meth:`FaceSelector._record_spans`), only the spans
-    the forward pass evaluated."""
+    ``kept_spans`` (one entry per chunk: int64 indices of its spans, or None for all), only
+    those spans."""
     for k, (table, face, row, col0, span_w, n) in enumerate(spans):
         keep = kept_spans[k] if kept_spans else None
         if keep is not None:
@@ -1007,8 +1055,8 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
     ``origin = (row, col)`` (``fresh``: they are still empty; ``best_dist``, when given, receives
     the kept slots' distances); add every reached fragment's ``log(1 - D)`` into ``log_miss``
-    (``[rows * width]``) when given, and keep the candidates' silhouette gradient terms in
-    ``terms`` while they fit.
+    (``[rows * width]``) when given, and give the reached candidates to ``terms``
+    (:meth:`_Terms.record`).
 
     With ``hidden`` (float ``[rows * width]``, :func:`_hidden_depth`) and ``zmin`` (each face's
     nearest depth, ``[F]``), the candidates of faces whose nearest depth lies beyond their pixel's
@@ -1019,23 +1067,18 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
         part = slice(i, i + _BLOCK)
         f, r, c = face_n[part], row_n[part], col[part]
-        pix = (r - origin[0]) * width + (c - origin[1]) if terms is not None or hidden is not None else None
         live = None
         if hidden is not None:
+            pix = (r - origin[0]) * width + (c - origin[1])
             live = torch.nonzero(~(zmin.index_select(0, f) > hidden.index_select(0, pix))).squeeze(1)
             if live.numel() == f.numel():
                 live = None
             else:
                 dist[part] = -math.inf  # not reached
                 if live.numel() == 0:
-                    if terms is not None:
-                        terms.skip()
                     continue
-                f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
-        if terms is None:  # soft_geometry's distance and depth, bit for bit
-            d, z = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True, depth=True)
-        else:
-            d, z = terms.evaluate(tri, f, c, r, pix, sigma, reach, depth=True)
+                f, r, c = (t.index_select(0, live) for t in (f, r, c))
+        d, z = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True, depth=True)  # soft_geometry's, bit for bit
         if live is None:
             dist[part], depth[part] = d, z
         else:
@@ -1044,6 +1087,8 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, nearest faces first
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     fid = face_n.index_select(0, hit)
+    if terms is not None:
+        terms.record(fid, pix)
     z, d = depth.index_select(0, hit), dist.index_select(0, hit)
     if log_miss is not None:
         log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
@@ -1317,7 +1362,7 @@ def silhouette_soft(batch: TriangleBatch, size, settings: RasterSettings) -> tor
     alpha = torch.empty(B, height, width, 1, dtype=dtype, device=batch.device)
     for tile in plan.tiles:
         b, r0, r1, c0, c1 = tile
-        alpha[b, r0:r1, c0:c1, 0] = 1.0 - torch.exp(select.log_miss(tile, screen[b]))
+        alpha[b, r0:r1, c0:c1, 0] = 1.0 - exp_normal(select.log_miss(tile, screen[b]))
     return alpha
 
 
@@ -1374,6 +1419,8 @@ class TileLoop:
             if self.plan.direct:
                 return self.forward_direct(inputs)
             if self.plan.keep_index and self.index_out is None:
+                if hasattr(self.index_fn, "hold_slots"):  # a FaceSelector keeps every tile's slot values
+                    self.index_fn.hold_slots = True
                 self.kept, self.preselected = [_compact(self.index_fn(tile)) for tile in self.plan.tiles], True
                 if self._fits_direct(self.kept):
                     return self.forward_direct(inputs, self.kept)

@@ -36,10 +36,12 @@ import torch.nn.functional as nnf
 
 from .._check import PyGpuTypeError, PyGpuWarning
 from ..contracts import Fragments
+from ..raster.torch_soft import exp_normal
 from ..settings import BlendSettings, RasterSettings
 
 __all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weights", "blend", "nearest_covering",
            "check_depth_range"]
+
 
 
 def _scaled(frags: Fragments, sigma: float) -> torch.Tensor:
@@ -62,7 +64,7 @@ def silhouette(frags: Fragments, settings: RasterSettings) -> torch.Tensor:
         return frags.alpha
     log_miss = nnf.logsigmoid(-_scaled(frags, settings.sigma))  # log(1 - D_k)
     log_miss = torch.where(frags.mask, log_miss, torch.zeros_like(log_miss))
-    return (1.0 - torch.exp(log_miss.sum(dim=-1)))[..., None]
+    return (1.0 - exp_normal(log_miss.sum(dim=-1)))[..., None]
 
 
 def depth_range(depth: torch.Tensor, blend_settings: BlendSettings, *, clip_space: bool,
@@ -161,7 +163,7 @@ def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: Ble
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
     top = logit.amax(dim=-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
-    e = torch.exp(logit - top)
+    e = exp_normal(logit - top)
     total = e.sum(dim=-1, keepdim=True)
     return e / torch.where(total > 0, total, torch.ones_like(total))
 

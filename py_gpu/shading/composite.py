@@ -19,7 +19,7 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import (FaceSelector, TileLoop, gather_bytes_per_slot, gather_tile, plan_tiles,
+from ..raster.torch_soft import (FaceSelector, TileLoop, exp_normal, gather_bytes_per_slot, gather_tile, plan_tiles,
                                  plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend, depth_range, nearest_covering, silhouette
@@ -142,9 +142,10 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     blocks of at most ``_SHADE_SLOTS`` slots, so the working set is one tile's (it fits
     ``settings.memory_budget``) and only the ``Frame`` is whole-frame. Where no face reaches part
     of a tile, only the reached pixels are gathered and blended (the others are the background,
-    alpha 0, no face). For the backward pass the selected face indices are kept (int32) when they
-    take at most ``1 / KEEP_SHARE`` (a quarter) of the budget; otherwise the backward pass selects
-    each tile's faces again. The values are those of :func:`shade_soft` on
+    alpha 0, no face). With autograd, every tile's faces are selected first, and the selected face
+    indices (int32), with their distance and depth for the shading, are kept when they take at
+    most ``1 / KEEP_SHARE`` (a quarter) of the budget; otherwise the backward pass selects each
+    tile's faces again. The values are those of :func:`shade_soft` on
     :func:`py_gpu.raster.torch_soft.rasterize_soft`'s fragments.
 
     Raises:
@@ -163,7 +164,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         return plan_tiles("render (soft)", batch=B, size=(H, W), faces=F, faces_per_pixel=K, dtype=dtype,
                           budget=budget, slot_bytes=gather_bytes_per_slot(dtype, clip) + shade_bytes_per_slot(dtype, C),
                           filled_bytes=gather_bytes_per_slot(dtype, clip, filled_only=True),
-                          returned=_frame_bytes(B, H, W, C, dtype), keep_bytes=B * H * W * K * 4)
+                          returned=_frame_bytes(B, H, W, C, dtype),
+                          keep_bytes=B * H * W * K * (4 + 2 * (torch.finfo(dtype).bits // 8)))
 
     plan, room = plan_with_room(plan_for, settings.memory_budget, torch.is_grad_enabled() and screen.requires_grad)
     select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
@@ -171,7 +173,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     zrange = depth_range(screen[..., 2], blend_settings, clip_space=clip)  # [B, 2], detached
 
     def tile(t, fi, scr, wb, vertex_colors, face_colors, zr, wanted=None):
-        alpha = (1.0 - torch.exp(select.log_miss(t, scr)))[None, ..., None]
+        alpha = (1.0 - exp_normal(select.log_miss(t, scr)))[None, ..., None]
         if wanted is not None and not (wanted[0] or wanted[2]):  # a gradient on the silhouette alone
             return None, alpha, None, None
         rows, cols, K = fi.shape
