@@ -384,17 +384,24 @@ def test_gradients_are_identical_run_to_run_with_threads(dtype, entry, clip):
 @pytest.mark.parametrize("clip", [False, True], ids=["screen", "clip"])
 def test_render_without_gradients_reuses_the_selections_values(budget, clip, monkeypatch):
     """Without autograd the tiles take the selected slots' distance and depth from the selection
-    and evaluate only their barycentrics; the frame is, bit for bit, the one shade_soft gives on
-    rasterize_soft's fragments (which evaluate every slot's geometry), with compacted tiles too."""
+    and evaluate only their colors (no slot's geometry, nothing gathered to the filled slots);
+    the frame is, bit for bit, the one shade_soft gives on rasterize_soft's fragments (which
+    evaluate every slot's geometry), with compacted tiles too."""
+    from py_gpu.shading import composite
+
     calls = []
-    original = torch_soft.gather_tile
+    original_gather, original_colors = composite.gather_tile, composite._slot_colors_at
 
-    def spy(*args, **kwargs):
-        known = args[6] if len(args) > 6 else kwargs.get("known")
-        calls.append(known is not None)
-        return original(*args, **kwargs)
+    def gather(*args, **kwargs):
+        calls.append("gather_tile")
+        return original_gather(*args, **kwargs)
 
-    monkeypatch.setattr("py_gpu.shading.composite.gather_tile", spy)
+    def colors(*args, **kwargs):
+        calls.append("colors")
+        return original_colors(*args, **kwargs)
+
+    monkeypatch.setattr(composite, "gather_tile", gather)
+    monkeypatch.setattr(composite, "_slot_colors_at", colors)
     base = scene(5, clip=clip, faces=14, size=(20, 24))
     s = soft(budget, sigma=2.0, faces_per_pixel=4)
     bg = (0.2, 0.3, 0.4)
@@ -402,7 +409,7 @@ def test_render_without_gradients_reuses_the_selections_values(budget, clip, mon
         plain = render_soft(base, (20, 24), background=bg, settings=s)
         reused = list(calls)
         reference = shade_soft(base, rasterize_soft(base, (20, 24), s), bg, s, BlendSettings())
-    assert reused and all(reused)
+    assert reused and set(reused) == {"colors"}
     for name in ("image", "alpha", "depth", "face_index"):
         assert torch.equal(getattr(plain, name), getattr(reference, name)), name
     assert float(plain.alpha.mean()) > 0.05

@@ -19,11 +19,11 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import (FaceSelector, TileLoop, exp_normal, gather_bytes_per_slot, gather_tile, plan_tiles,
-                                 plan_with_room, rasterize_soft)
+from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, exp_normal, gather_bytes_per_slot,
+                                 gather_tile, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend, depth_range, nearest_covering, silhouette
-from .interpolate import gather_face, interpolate_vertex
+from .interpolate import gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
            "shade_hard", "shade_soft", "shade_fragments", "render_soft", "render_soft_frame"]
@@ -184,9 +184,13 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         def shade(fi, part_alpha, origin, centers, known):
             fi = _occupied(fi)
             known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
-            part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
-            image, _, depth, face = _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part,
-                                                background, settings, blend_settings, zr[None])
+            if known is None or torch.is_grad_enabled():
+                part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
+                colors = _tile_colors(vertex_colors, face_colors, faces, part)
+            else:  # the selection's distance and depth; the colors straight from the slots
+                part = Fragments(fi[None], None, known[1][None], known[0][None], None, part_alpha)
+                colors = _slot_colors_at(scr, wb, faces, vertex_colors, face_colors, fi, origin, centers)
+            image, _, depth, face = _blend_tile(colors, part, background, settings, blend_settings, zr[None])
             return image, depth, face
 
         if not compact:  # blocks of whole rows
@@ -275,6 +279,48 @@ def _tile_colors(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor |
     """``[1, rows, W, K, C]`` slot colors of a tile from one element's ``[V, C]`` / ``[F, C]`` colors."""
     return _slot_colors(None if vertex_colors is None else vertex_colors[None],
                         None if face_colors is None else face_colors[None], faces, part)
+
+
+def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor,
+                    vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, face_index: torch.Tensor,
+                    origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """``[1, rows, cols, K, C]`` slot colors of a tile's block without autograd, from one element's
+    screen vertices ``screen`` ``[V, 3]`` (and clip ``w`` ``[V]``) and ``[V, C]`` / ``[F, C]``
+    colors, for the faces ``face_index`` ``[rows, cols, K]`` at the pixels of :func:`gather_tile`'s
+    ``origin`` / ``centers``: the values of :func:`gather_tile`'s barycentrics and
+    :func:`_tile_colors`, bit for bit, computed over every slot (empty ones give 0) rather than
+    gathered to the filled slots and scattered back, and with the barycentrics' corner ids
+    shared by the colors."""
+    rows, cols, K = face_index.shape
+    dtype, device = screen.dtype, screen.device
+    valid = face_index >= 0
+    if face_colors is not None or vertex_colors is None or faces.shape[0] == 0:
+        if face_colors is not None and faces.shape[0]:
+            got = face_colors.to(dtype).index_select(0, face_index.reshape(-1).clamp(min=0))
+            got = got.view(1, rows, cols, K, -1)
+        else:
+            got = torch.ones(1, rows, cols, K, 3, dtype=dtype, device=device)
+        return torch.where(valid[None, ..., None], got, torch.zeros((), dtype=dtype, device=device))
+    safe = face_index.reshape(-1).clamp(min=0)
+    corner = [faces[:, j].index_select(0, safe) for j in range(3)]  # [N] vertex ids per corner
+    xy = screen[:, :2].t().contiguous()  # [2, V]
+    coords = []
+    for j in range(3):
+        coords += [xy[0].index_select(0, corner[j]).view(rows, cols, K),
+                   xy[1].index_select(0, corner[j]).view(rows, cols, K), None]
+    if centers is None:
+        px = (torch.arange(cols, device=device) + origin[1]).to(dtype).add_(0.5).view(1, cols, 1)
+        py = (torch.arange(rows, device=device) + origin[0]).to(dtype).add_(0.5).view(rows, 1, 1)
+    else:
+        px = (centers[1].to(dtype) + 0.5).view(rows, 1, 1)
+        py = (centers[0].to(dtype) + 0.5).view(rows, 1, 1)
+    bary = list(_clamped(*_affine(coords, px, py)[1:]))
+    if w is not None:  # perspective-correct, as gather_tile
+        q = [bary[j] / w.index_select(0, corner[j]).view(rows, cols, K) for j in range(3)]
+        total = q[0] + q[1] + q[2]
+        bary = [q[j] / total for j in range(3)]
+    value = weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary)  # [rows, cols, K, C]
+    return torch.where(valid[..., None], value, torch.zeros((), dtype=dtype, device=device))[None]
 
 
 def _batch_range(batch: TriangleBatch, frags: Fragments, blend_settings: BlendSettings) -> torch.Tensor:

@@ -123,15 +123,29 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     if Bv > 1:
         offset = (torch.arange(B, device=safe.device) * V)[:, None]
         corner = [(c.view(B, -1) + offset).view(-1) for c in corner]
-    # channel-major: each channel's values gathered along a row ([C, V] -> [C, N]) and weighted by a
-    # contiguous [N] row of barycentrics (a [N, 1] * [N, C] broadcast over a short last dim ran
-    # about 1.7x slower forward + backward); the same products and sums, so the same bits
-    table = flat.t().contiguous()  # [C, V]
-    w = bary.to(dtype).reshape(-1, 3).t()  # [3, N]
-    value = w[0] * table.index_select(1, corner[0]) + w[1] * table.index_select(1, corner[1]) \
-        + w[2] * table.index_select(1, corner[2])
-    value = torch.where(fi >= 0, value, torch.zeros((), dtype=dtype, device=value.device))
-    return value.t().contiguous().view(B, H, W, K, C)
+    value = weigh_corners(flat.t().contiguous(), corner, bary.to(dtype).reshape(-1, 3).unbind(1))  # [N, C]
+    value = torch.where((fi >= 0)[:, None], value, torch.zeros((), dtype=dtype, device=value.device))
+    return value.view(B, H, W, K, C)
+
+
+def weigh_corners(table: torch.Tensor, corner, weights) -> torch.Tensor:
+    """float ``[..., C]``: per channel, ``w0 * a0 + w1 * a1 + w2 * a2`` (in that order, as the
+    exact shader does), the corners' values ``a_j = table[:, corner[j]]``.
+
+    Args:
+        table: float ``[C, V]``, one row of values per channel.
+        corner: three int64 ``[N]`` vertex ids, one per corner.
+        weights: three float tensors of one shape ``S`` with ``N`` elements, the corners' weights.
+
+    Channel by channel, each one's values are gathered along a contiguous row and weighted
+    elementwise (a ``[N, 1] * [N, C]`` broadcast over a short last dim ran about 1.7x slower
+    forward + backward); the same products and sums whatever the layout, so the same bits."""
+    shape = weights[0].shape
+    parts = []
+    for row in table:
+        at = [row.index_select(0, c).view(shape) for c in corner]
+        parts.append(weights[0] * at[0] + weights[1] * at[1] + weights[2] * at[2])
+    return torch.stack(parts, dim=-1)
 
 
 def gather_face(values: torch.Tensor, face_index: torch.Tensor) -> torch.Tensor:
