@@ -152,14 +152,17 @@ def test_silhouette_skips_done_pixels_and_equals_render_alpha(monkeypatch, devic
     assert torch.allclose(grad, full_grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "eager"])
 @pytest.mark.parametrize("budget", [400_000, 2**29], ids=["evaluated-again", "kept"])
 @pytest.mark.parametrize("path", ["silhouette", "render"])
-def test_gradient_terms_are_evaluated_only_where_alpha_is_below_one(monkeypatch, device, small_chunks, path, budget):
-    """The silhouette gradient terms, whether the forward pass keeps them (room enough) or the
-    backward pass evaluates them again (little room), are evaluated only for the candidates at
-    pixels whose alpha is below 1, far fewer than all; the gradients are those of evaluating
-    every candidate everywhere."""
+def test_gradient_terms_are_evaluated_only_where_alpha_is_below_one(monkeypatch, device, small_chunks, path, budget,
+                                                                    deferred):
+    """Deferred, the silhouette gradient terms, whether the forward pass keeps them (room enough)
+    or the backward pass evaluates them again (little room), are evaluated only for the
+    candidates at pixels whose alpha is below 1, far fewer than all. Deferred or eager, the
+    gradients are those of evaluating every candidate everywhere."""
     dtype = float64_on(device)
+    monkeypatch.setattr(torch_soft, "_DEFER_SHARE", 0.0 if deferred else math.inf)
     monkeypatch.setattr(torch_soft, "_BLOCK", 64)  # many blocks and chunks, so that the room runs out between them
     scene = stacked_scene(device=device, dtype=dtype)
     s = soft(sigma=1.0, faces_per_pixel=4, memory_budget=budget)
@@ -194,7 +197,8 @@ def test_gradient_terms_are_evaluated_only_where_alpha_is_below_one(monkeypatch,
     monkeypatch.setattr(torch_soft._LogMiss, "backward", staticmethod(backward))
     alpha, g = grad()
     assert (seen["again"] > 0) == (budget == 400_000)
-    assert 0 < seen["terms"] < 0.5 * seen["reached"], seen
+    if deferred:
+        assert 0 < seen["terms"] < 0.5 * seen["reached"], seen
     with monkeypatch.context() as m:
         _unpruned(m)
         want_alpha, want_g = grad()
@@ -280,3 +284,28 @@ def test_an_edge_whose_normal_underflows_loosens_the_reach_and_drops_nothing():
     s0, s1 = torch_soft._reach_columns(reach, torch.tensor([0]), torch.tensor([0]),
                                        torch.tensor([15]))
     assert int(s0) <= 5 <= int(s1)  # the center (5.5, 0.5) lies within 1 px of the face
+
+
+def test_terms_are_deferred_where_faces_alone_saturate_pixels():
+    """The selection defers the gradient terms when the faces' cores (the points deep enough that
+    one face makes alpha exactly 1) cover half the frame: large overlapping triangles do, a fine
+    mesh whose faces are a few pixels wide does not."""
+    s = soft(sigma=1.0, faces_per_pixel=4)
+
+    def chosen(batch, size):
+        plan = torch_soft.plan_tiles("t", batch=1, size=size, faces=batch.num_faces, faces_per_pixel=4,
+                                     dtype=batch.dtype, budget=2**26, slot_bytes=100, returned=0)
+        select = torch_soft.FaceSelector(batch.vertices.detach(), batch.faces, size, s, plan)
+        select((0, 0, size[0], 0, size[1]))
+        return select.defer
+
+    corners = torch.tensor([[-40.0, -40.0, 0.5], [120.0, -30.0, 0.5], [-30.0, 120.0, 0.5]])
+    big = torch.cat([corners + torch.tensor([3.0 * i, -2.0 * i, 0.1 * i]) for i in range(4)])[None]
+    assert chosen(TriangleBatch(big, torch.arange(12).reshape(4, 3)), SIZE)
+    fine = py_gpu.fixtures.mesh_fixture("icosphere", 1280, 64, 64, dtype=torch.float32)
+    assert not chosen(fine, (64, 64))
+    core = torch_soft._core_area(torch.tensor([[[0.0, 0.0, 0.0], [40.0, 0.0, 0.0], [0.0, 40.0, 0.0]]]), 1.0,
+                                 torch.float32)
+    inradius = 2 * 800.0 / (80.0 + 40.0 * math.sqrt(2.0))  # twice the area over the perimeter
+    depth = math.sqrt(torch_soft._saturated(torch.float32))
+    assert float(core) == pytest.approx(800.0 * (1 - depth / inradius) ** 2, rel=1e-9)

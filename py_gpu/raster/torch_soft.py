@@ -524,6 +524,8 @@ class FaceSelector:
         self._log_miss: torch.Tensor | None = None  # [B, H, W] sum log(1 - D), filled tile by tile
         self.kept_terms: dict = {}  # tile -> its candidates' gradient terms (see miss)
         self.room = 0  # bytes left for kept gradient terms
+        self.deep = False  # the current element's faces overlap deeply (see _build)
+        self.defer = False  # its gradient terms are evaluated once its pixels' sums are known (see _Terms)
         self._slots: dict = {}  # tile -> (distance, depth) of its selection: the last one, or all held
         self.hold_slots = False  # keep every tile's slot values (see slot_values) until release
 
@@ -546,7 +548,10 @@ class FaceSelector:
         :func:`_reach_table`), and every face's nearest corner depth (``[F]``: no fragment of the
         face is nearer). The live faces come in face order (a mesh's neighbours are near in
         memory), or nearest first by that depth where their boxes cover the frame more than
-        ``_SORT_OVERDRAW`` times over (so that pixels are done early, see :func:`_hidden_depth`)."""
+        ``_SORT_OVERDRAW`` times over (so that pixels are done early, see :func:`_hidden_depth`).
+        Sets ``deep`` (that order) and ``defer`` (the faces' cores, :func:`_core_area`, cover at
+        least ``_DEFER_SHARE`` of the frame: the silhouette gradient terms are deferred, see
+        :class:`_Terms`)."""
         height, width = self.size
         radius = self.settings.blur_radius
         verts = self.screen[b]  # [V, 3]
@@ -563,7 +568,11 @@ class FaceSelector:
         z = tri[..., 2]
         zmin = torch.minimum(torch.minimum(z[:, 0], z[:, 1]), z[:, 2])  # [F]: no fragment of a face lies nearer
         boxes = ((r1 - r0 + 1) * (c1 - c0 + 1)).index_select(0, live)
-        if int(boxes.sum()) > _SORT_OVERDRAW * height * width:  # faces overlap deeply: nearest first
+        box_total, core_total = torch.stack((boxes.sum().double(), _core_area(tri.index_select(0, live),
+                                                                               self.settings.sigma, verts.dtype))).tolist()
+        self.deep = box_total > _SORT_OVERDRAW * height * width
+        self.defer = core_total >= _DEFER_SHARE * height * width
+        if self.deep:  # faces overlap deeply: nearest first
             live = live.index_select(0, torch.sort(zmin.index_select(0, live), stable=True).indices)
         reach = torch.empty(_REACH_ROWS, live.numel(), dtype=torch.float64, device=verts.device)
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
@@ -616,8 +625,10 @@ class FaceSelector:
         best_dist = torch.zeros((rows * width, K), dtype=self.screen.dtype, device=device)
         log_miss = torch.zeros(rows * width, dtype=self.screen.dtype, device=device)
         reach = -(s.blur_radius ** 2)  # keep fragments with dist >= reach (D >= cutoff)
-        terms = _Terms(self.room, self.screen.dtype) if self.room > 0 and tile not in self.kept_terms else None
         zmin = self._table(b)[-1]
+        terms = None
+        if self.room > 0 and tile not in self.kept_terms:
+            terms = _Terms(self.room, self.screen.dtype, deferred=self.defer)
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
             hidden = None if i == 0 else _hidden_depth(log_miss, best_depth, best_face)
             keep = None if hidden is None else _visible_spans(hidden, zmin, face, row, c0, span_w, (row0, col0), width)
@@ -626,7 +637,7 @@ class FaceSelector:
                 n = int(span_w.sum())
                 if n == 0:
                     if terms is not None:
-                        terms.record()
+                        terms.close()
                     continue
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
@@ -664,9 +675,9 @@ class FaceSelector:
         width = col1 - col0
         log_miss = torch.zeros((row1 - row0) * width, dtype=dtype, device=self.screen.device)
         reach = -(s.blur_radius ** 2)
-        terms = _Terms(room, dtype) if room > 0 else None
-        floor, look, k = -_saturated(dtype), False, 0
         zmin = self._table(b)[-1]
+        terms = _Terms(room, dtype, deferred=self.defer) if room > 0 else None
+        floor, look, k = -_saturated(dtype), False, 0
         for chunk in self.spans(tile):
             keep = None
             if look:  # whole spans whose pixels all have alpha exactly 1 already
@@ -677,9 +688,13 @@ class FaceSelector:
                 look = look or (k % _SATURATION_CHECK == _SATURATION_CHECK - 1
                                 and int((log_miss < floor).sum()) * _HIDDEN_SHARE >= log_miss.numel())
                 k += 1
-                hits.append(self._miss_block(log_miss, tri, f, r, c, pix, look, floor, reach))
-            if terms is not None:
-                terms.record(*(torch.cat(v) for v in zip(*hits))) if hits else terms.record()
+                hits.append(self._miss_block(log_miss, terms, tri, f, r, c, pix, look, floor, reach))
+            if terms is None:
+                continue
+            if terms.deferred and hits:
+                terms.close(*(torch.cat(v) for v in zip(*hits)))
+            else:
+                terms.close()
         self._keep_miss(tile, log_miss)
         if terms is None or not terms.chunks:
             return 0
@@ -687,10 +702,11 @@ class FaceSelector:
         self.kept_terms[tile] = terms.blocks
         return used
 
-    def _miss_block(self, log_miss, tri, f, r, c, pix, look: bool, floor: float,
+    def _miss_block(self, log_miss, terms, tri, f, r, c, pix, look: bool, floor: float,
                     reach: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Add one block of candidates' ``log(1 - D)`` into ``log_miss`` (with ``look``, only those at
-        pixels whose sum is not below ``floor`` yet); returns the reached ones' faces and pixels."""
+        pixels whose sum is not below ``floor`` yet), keeping their gradient terms in ``terms``
+        when it evaluates them eagerly; returns the reached ones' faces and pixels."""
         if look:  # skip the candidates at pixels whose alpha is exactly 1 already
             live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
             if live.numel() == 0:
@@ -698,7 +714,10 @@ class FaceSelector:
             if live.numel() < pix.numel():
                 f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
         sigma = self.settings.sigma
-        dist = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True)
+        if terms is not None and not terms.deferred:
+            dist = terms.evaluate(tri, f, c, r, pix, sigma, reach)[0]
+        else:
+            dist = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True)
         hit = torch.nonzero(dist >= reach).squeeze(1)
         pix = pix.index_select(0, hit)
         log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
@@ -771,6 +790,19 @@ def _reach_lines(tri: torch.Tensor, radius: float) -> torch.Tensor:
     margin = 1e-3 + 1e-5 * xy.abs().amax(dim=(1, 2))[:, None]  # px: far above float32's rounding there
     c = (normal * xy).sum(dim=-1) - radius - margin
     return torch.cat((normal, c[..., None]), dim=-1)
+
+
+def _core_area(tri: torch.Tensor, sigma: float, dtype: torch.dtype) -> torch.Tensor:
+    """float64 ``[]``: the total area (px^2) of the triangles' cores (``[n, 3, 3]``), the points
+    deeper inside than ``sqrt(_saturated * sigma)``, where one face alone makes alpha exactly 1:
+    each triangle shrunk toward its incenter by that depth (``area * (1 - depth / inradius)^2``)."""
+    xy = tri[..., :2].double()
+    e = xy.roll(-1, dims=1) - xy
+    perimeter = torch.linalg.vector_norm(e, dim=-1).sum(-1)
+    area = 0.5 * (e[:, 0, 0] * e[:, 1, 1] - e[:, 0, 1] * e[:, 1, 0]).abs()
+    inradius = 2.0 * area / perimeter.clamp(min=1e-300)
+    depth = math.sqrt(_saturated(dtype) * sigma)
+    return (area * (1.0 - depth / inradius.clamp(min=1e-300)).clamp(min=0.0) ** 2).sum()
 
 
 #: Rows of the faces' reach table (:func:`_reach_table`), one per bound coefficient.
@@ -935,23 +967,55 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
 
 
 class _Terms:
-    """The silhouette gradient terms a tile keeps for :class:`_LogMiss`'s backward pass.
+    """The silhouette gradient terms (:func:`_miss_terms`) a tile keeps for :class:`_LogMiss`'s
+    backward pass, chunk by chunk of its spans while they fit ``room`` bytes.
 
-    While the tile is selected, each chunk of its spans gives its reached candidates (face and
-    tile pixel, :meth:`record`), kept while they fit ``room`` bytes. When the tile's sums are
-    complete, :meth:`finish` evaluates the terms (:func:`_miss_terms`) only of the candidates at
-    pixels whose alpha is not exactly 1: elsewhere the silhouette has no gradient, and in deeply
-    covered scenes that is most pixels (94% of a 256^2 frame of 1k random triangles), whose terms
-    would be evaluated for nothing. ``blocks``: one entry per chunk, a list of ``(pixel, edge,
-    terms)`` blocks, or None for a chunk not kept (the backward pass evaluates it again)."""
+    Two ways, chosen per face table (``deferred``):
 
-    def __init__(self, room: int, dtype: torch.dtype):
-        self.room, self.used, self.chunks, self.size = room, 0, [], _term_bytes(dtype)
+    - **eager** (meshes): each block of candidates is evaluated with its terms at once
+      (:meth:`evaluate`), the way that costs least when most pixels keep a gradient;
+    - **deferred** (faces that overlap deeply, see :meth:`FaceSelector._build`): the selection
+      evaluates distances only, each chunk hands in its reached candidates (face and tile pixel),
+      and once the tile's sums are complete :meth:`finish` evaluates the terms only of those at
+      pixels whose alpha is not exactly 1. Elsewhere the silhouette has no gradient, and in such
+      scenes that is most pixels (94% of a 256^2 frame of 1k random triangles), whose terms would
+      be evaluated for nothing.
+
+    ``blocks``: one entry per chunk, a list of ``(pixel, edge, terms)`` blocks, or None for a
+    chunk not kept (the backward pass evaluates it again)."""
+
+    def __init__(self, room: int, dtype: torch.dtype, deferred: bool):
+        self.room, self.used, self.size, self.deferred = room, 0, _term_bytes(dtype), deferred
+        self.chunks: list = []  # per chunk: a list of blocks (eager), (face, pixel) (deferred), () or None
         self.blocks: list = []
+        self._open: list | None = []  # the blocks of the chunk being evaluated (eager); None once it overflows
 
-    def record(self, face: torch.Tensor | None = None, pix: torch.Tensor | None = None) -> None:
-        """One chunk's reached candidates (int64 ``[n]`` each; none when not given), counted at
-        their terms' size (``_term_bytes``), the most they keep."""
+    def evaluate(self, table, face, col, row, pix, sigma: float, reach: float, depth: bool = False):
+        """Eager: ``dist`` (and with ``depth`` the depth) of one block of candidates at tile pixels
+        ``pix``, keeping the block's terms when they fit."""
+        size = face.numel() * self.size
+        if self._open is None or self.used + size > self.room:
+            if self._open:  # the chunk is evaluated again in the backward pass: its blocks go
+                self.used -= sum(block[0].numel() for block in self._open) * self.size
+            self._open = None
+            out = _miss_terms(table, face, col, row, sigma, reach, dist_only=True, depth=depth)
+            return out if depth else (out,)
+        *out, edge, grad = _miss_terms(table, face, col, row, sigma, reach, depth=depth)
+        self._open.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+        self.used += size
+        return out
+
+    def close(self, face: torch.Tensor | None = None, pix: torch.Tensor | None = None) -> None:
+        """End a chunk: eager, its blocks (or None, when they overflowed the room; what they took is
+        given back); deferred, its reached candidates (int64 ``[n]`` each, none when not given),
+        counted at their terms' size, the most they keep."""
+        if not self.deferred:
+            if self._open is None:
+                self.chunks.append(None)
+            else:
+                self.chunks.append(self._open)
+            self._open = []
+            return
         if face is None or face.numel() == 0:
             self.chunks.append(())
             return
@@ -964,9 +1028,12 @@ class _Terms:
 
     def finish(self, table: torch.Tensor, log_miss: torch.Tensor, floor: float, origin: tuple[int, int], width: int,
                sigma: float, reach: float) -> int:
-        """Evaluate the kept chunks' terms at the pixels whose sum ``log_miss`` is not below
-        ``floor`` (corners from ``table``, pixels of the tile at ``origin``, rows ``width`` long);
-        returns the bytes they take."""
+        """Deferred: evaluate the kept chunks' terms at the pixels whose sum ``log_miss`` is not below
+        ``floor`` (corners from ``table``, pixels of the tile at ``origin``, rows ``width`` long).
+        Returns the bytes the tile's terms take."""
+        if not self.deferred:
+            self.blocks, self.chunks = self.chunks, []
+            return self.used
         self.used = 0
         for entry in self.chunks:
             if not entry:
@@ -980,7 +1047,7 @@ class _Terms:
             for i in range(0, pix.numel(), _BLOCK):
                 part = slice(i, i + _BLOCK)
                 _, edge, grad = _miss_terms(table, face[part], col[part], row[part], sigma, reach)
-                parts.append((pix[part], edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+                parts.append((pix[part], edge, grad))
             self.blocks.append(parts)
             self.used += pix.numel() * self.size
         self.chunks = []
@@ -1010,6 +1077,9 @@ _BLOCK = 16384
 _CHUNK_CANDIDATES = 1 << 18
 #: Faces come nearest first when their boxes cover the frame more than this many times over.
 _SORT_OVERDRAW = 8
+#: The silhouette gradient terms are deferred (:class:`_Terms`) when the faces' cores
+#: (:func:`_core_area`) cover at least this share of the frame (overlaps counted).
+_DEFER_SHARE = 0.5
 #: The pixels that stop taking faces behind them are looked up for every candidate of a chunk
 #: only when at least one in this many of the tile's pixels has stopped.
 _HIDDEN_SHARE = 8
@@ -1056,8 +1126,8 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
     ``origin = (row, col)`` (``fresh``: they are still empty; ``best_dist``, when given, receives
     the kept slots' distances); add every reached fragment's ``log(1 - D)`` into ``log_miss``
-    (``[rows * width]``) when given, and give the reached candidates to ``terms``
-    (:meth:`_Terms.record`).
+    (``[rows * width]``) when given, and keep the candidates' silhouette gradient terms in
+    ``terms`` (:class:`_Terms`).
 
     With ``hidden`` (float ``[rows * width]``, :func:`_hidden_depth`) and ``zmin`` (each face's
     nearest depth, ``[F]``), the candidates of faces whose nearest depth lies beyond their pixel's
@@ -1068,9 +1138,10 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
         part = slice(i, i + _BLOCK)
         f, r, c = face_n[part], row_n[part], col[part]
+        eager = terms is not None and not terms.deferred
+        pix = (r - origin[0]) * width + (c - origin[1]) if eager or hidden is not None else None
         live = None
         if hidden is not None:
-            pix = (r - origin[0]) * width + (c - origin[1])
             live = torch.nonzero(~(zmin.index_select(0, f) > hidden.index_select(0, pix))).squeeze(1)
             if live.numel() == f.numel():
                 live = None
@@ -1078,8 +1149,11 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
                 dist[part] = -math.inf  # not reached
                 if live.numel() == 0:
                     continue
-                f, r, c = (t.index_select(0, live) for t in (f, r, c))
-        d, z = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True, depth=True)  # soft_geometry's, bit for bit
+                f, r, c, pix = (t.index_select(0, live) for t in (f, r, c, pix))
+        if eager:
+            d, z = terms.evaluate(tri, f, c, r, pix, sigma, reach, depth=True)
+        else:  # soft_geometry's distance and depth, bit for bit
+            d, z = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True, depth=True)
         if live is None:
             dist[part], depth[part] = d, z
         else:
@@ -1089,7 +1163,7 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     fid = face_n.index_select(0, hit)
     if terms is not None:
-        terms.record(fid, pix)
+        terms.close(fid, pix)
     z, d = depth.index_select(0, hit), dist.index_select(0, hit)
     if log_miss is not None:
         log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
