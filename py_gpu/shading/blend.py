@@ -40,7 +40,7 @@ from ..raster.torch_soft import exp_normal
 from ..settings import BlendSettings, RasterSettings
 
 __all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weights", "blend", "nearest_covering",
-           "check_depth_range"]
+           "check_depth_range", "blend_planes"]
 
 
 
@@ -172,12 +172,22 @@ def blend(colors: torch.Tensor, frags: Fragments, background: torch.Tensor, sett
           blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> torch.Tensor:
     """float ``[B, H, W, C]``: the soft image of per-slot ``colors`` ``[B, H, W, K, C]`` over
     ``background`` (float ``[C]``), in ``blend_settings.composite``'s form."""
+    return blend_planes(colors.unbind(-1), frags, background, settings, blend_settings, zrange)
+
+
+def blend_planes(planes, frags: Fragments, background: torch.Tensor, settings: RasterSettings,
+                 blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`blend` of colors given as one ``[B, H, W, K]`` plane per channel (what the soft tile
+    paths make): each channel's weighted sum runs over the contiguous K slots of its plane rather
+    than over a strided dim of ``[..., K, C]`` (the sums of every path, so the same bits)."""
     if blend_settings.composite == "softras":
         weights, w_bg = blend_weights(frags, settings, blend_settings, zrange)
-        return (weights[..., None] * colors).sum(dim=-2) + w_bg[..., None] * background
-    surface = (face_weights(frags, settings, blend_settings, zrange)[..., None] * colors).sum(dim=-2)
-    alpha = silhouette(frags, settings)
-    return alpha * surface + (1.0 - alpha) * background
+        return torch.stack([(weights * plane).sum(dim=-1) + w_bg * background[c] for c, plane in enumerate(planes)],
+                           dim=-1)
+    weights = face_weights(frags, settings, blend_settings, zrange)
+    alpha = silhouette(frags, settings)[..., 0]
+    return torch.stack([alpha * (weights * plane).sum(dim=-1) + (1.0 - alpha) * background[c]
+                        for c, plane in enumerate(planes)], dim=-1)
 
 
 def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

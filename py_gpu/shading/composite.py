@@ -22,7 +22,7 @@ from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, exp_normal, gather_bytes_per_slot,
                                  gather_tile, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
-from .blend import blend, depth_range, nearest_covering, silhouette
+from .blend import blend_planes, depth_range, nearest_covering, silhouette
 from .interpolate import gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
@@ -76,15 +76,16 @@ def composite_hard(colors: torch.Tensor, frags: Fragments, background) -> Frame:
 
 def composite_soft(colors: torch.Tensor, frags: Fragments, background, settings: RasterSettings,
                    blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> tuple[Frame, torch.Tensor]:
-    """Soft blend of ``colors`` ``[B, H, W, K, C]`` over the background, in ``blend_settings.composite``'s
-    form (``zrange``: float ``[B, 2]`` depth range, see :func:`py_gpu.shading.blend.depth_range`;
-    None derives it from the fragments).
+    """Soft blend of ``colors`` ``[B, H, W, K, C]`` (or a list of C ``[B, H, W, K]`` planes) over the
+    background, in ``blend_settings.composite``'s form (``zrange``: float ``[B, 2]`` depth range,
+    see :func:`py_gpu.shading.blend.depth_range`; None derives it from the fragments).
 
     Returns the ``Frame`` (soft silhouette alpha; depth and face of the nearest fragment whose
     face contains the pixel center) and that fragment's slot, int64 ``[B, H, W]``.
     """
-    bg = background_tensor(background, colors.shape[-1], colors.dtype, colors.device)
-    image = blend(colors, frags, bg, settings, blend_settings, zrange)
+    planes = list(colors) if isinstance(colors, (list, tuple)) else colors.unbind(-1)
+    bg = background_tensor(background, len(planes), planes[0].dtype, planes[0].device)
+    image = blend_planes(planes, frags, bg, settings, blend_settings, zrange)
     face, depth, slot = nearest_covering(frags)
     return Frame(image=image, alpha=silhouette(frags, settings), depth=depth, face_index=face), slot
 
@@ -124,8 +125,8 @@ def shade_soft(batch: TriangleBatch, frags: Fragments, background, settings: Ras
     def tile(t, fi, bary, depth, dist, screen_bary, alpha, vertex_colors, face_colors, zr):
         part = Fragments(fi[None], bary[None], depth[None], dist[None], screen_bary[None] if clip else None,
                          None if alpha is None else alpha[None])
-        return _blend_tile(_tile_colors(vertex_colors, face_colors, faces, part), part, background, settings,
-                           blend_settings, zr[None])
+        return _blend_tile(_color_planes(vertex_colors, face_colors, faces, fi, part.bary[0].unbind(-1)), part,
+                           background, settings, blend_settings, zr[None])
 
     loop = TileLoop(plan, index, tile, _frame_outputs(B, H, W, C, dtype, frags.face_index.device),
                     per_pixel=(True, True, True, True, True))
@@ -186,7 +187,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
             known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
             if known is None or torch.is_grad_enabled():
                 part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
-                colors = _tile_colors(vertex_colors, face_colors, faces, part)
+                colors = _color_planes(vertex_colors, face_colors, faces, fi, part.bary[0].unbind(-1))
             else:  # the selection's distance and depth; the colors straight from the slots
                 part = Fragments(fi[None], None, known[1][None], known[0][None], None, part_alpha)
                 colors = _slot_colors_at(scr, wb, faces, vertex_colors, face_colors, fi, origin, centers)
@@ -274,33 +275,45 @@ def _frame_outputs(B: int, H: int, W: int, C: int, dtype: torch.dtype, device) -
             torch.empty(B, H, W, dtype=dtype, device=device), torch.empty(B, H, W, dtype=torch.int64, device=device)]
 
 
-def _tile_colors(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, faces: torch.Tensor,
-                 part: Fragments) -> torch.Tensor:
-    """``[1, rows, W, K, C]`` slot colors of a tile from one element's ``[V, C]`` / ``[F, C]`` colors."""
-    return _slot_colors(None if vertex_colors is None else vertex_colors[None],
-                        None if face_colors is None else face_colors[None], faces, part)
+def _color_planes(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, faces: torch.Tensor,
+                  face_index: torch.Tensor, bary, corner: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """A tile's slot colors as one ``[1, rows, cols, K]`` plane per channel (0 where empty), from one
+    element's ``[V, C]`` vertex colors (weighted by the three ``[rows, cols, K]`` planes ``bary``),
+    ``[F, C]`` face colors, or white without colors: :func:`slot_colors`' values, bit for bit, for
+    the faces ``face_index`` ``[rows, cols, K]`` (``corner``: their three corners' vertex ids, ``[N]``
+    each, when already gathered)."""
+    rows, cols, K = face_index.shape
+    valid = face_index >= 0
+    dtype, device = bary[0].dtype, bary[0].device
+    zero = torch.zeros((), dtype=dtype, device=device)
+    if face_colors is not None or vertex_colors is None or faces.shape[0] == 0:
+        if face_colors is None or faces.shape[0] == 0:
+            one = torch.ones((), dtype=dtype, device=device)
+            return [torch.where(valid, one, zero)[None] for _ in range(3)]
+        safe = face_index.reshape(-1).clamp(min=0)
+        table = face_colors.to(dtype)
+        return [torch.where(valid, table[:, c].index_select(0, safe).view(rows, cols, K), zero)[None]
+                for c in range(table.shape[1])]
+    if corner is None:
+        safe = face_index.reshape(-1).clamp(min=0)
+        corner = [faces[:, j].index_select(0, safe) for j in range(3)]
+    return [plane[None] for plane in weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary, valid)]
 
 
 def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor,
                     vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, face_index: torch.Tensor,
-                    origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-    """``[1, rows, cols, K, C]`` slot colors of a tile's block without autograd, from one element's
-    screen vertices ``screen`` ``[V, 3]`` (and clip ``w`` ``[V]``) and ``[V, C]`` / ``[F, C]``
-    colors, for the faces ``face_index`` ``[rows, cols, K]`` at the pixels of :func:`gather_tile`'s
-    ``origin`` / ``centers``: the values of :func:`gather_tile`'s barycentrics and
-    :func:`_tile_colors`, bit for bit, computed over every slot (empty ones give 0) rather than
-    gathered to the filled slots and scattered back, and with the barycentrics' corner ids
-    shared by the colors."""
+                    origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None) -> list[torch.Tensor]:
+    """:func:`_color_planes` of a tile's block without autograd, from one element's screen vertices
+    ``screen`` ``[V, 3]`` (and clip ``w`` ``[V]``), for the faces ``face_index`` ``[rows, cols, K]``
+    at the pixels of :func:`gather_tile`'s ``origin`` / ``centers``: the values of
+    :func:`gather_tile`'s barycentrics and the colors, bit for bit, computed over every slot (empty
+    ones give 0) rather than gathered to the filled slots and scattered back, and with the
+    barycentrics' corner ids shared by the colors."""
     rows, cols, K = face_index.shape
     dtype, device = screen.dtype, screen.device
-    valid = face_index >= 0
-    if face_colors is not None or vertex_colors is None or faces.shape[0] == 0:
-        if face_colors is not None and faces.shape[0]:
-            got = face_colors.to(dtype).index_select(0, face_index.reshape(-1).clamp(min=0))
-            got = got.view(1, rows, cols, K, -1)
-        else:
-            got = torch.ones(1, rows, cols, K, 3, dtype=dtype, device=device)
-        return torch.where(valid[None, ..., None], got, torch.zeros((), dtype=dtype, device=device))
+    if face_colors is not None or vertex_colors is None or faces.shape[0] == 0:  # no barycentrics needed
+        ones = torch.ones((), dtype=dtype, device=device).expand(rows, cols, K)
+        return _color_planes(vertex_colors, face_colors, faces, face_index, [ones] * 3)
     safe = face_index.reshape(-1).clamp(min=0)
     corner = [faces[:, j].index_select(0, safe) for j in range(3)]  # [N] vertex ids per corner
     xy = screen[:, :2].t().contiguous()  # [2, V]
@@ -319,8 +332,7 @@ def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.T
         q = [bary[j] / w.index_select(0, corner[j]).view(rows, cols, K) for j in range(3)]
         total = q[0] + q[1] + q[2]
         bary = [q[j] / total for j in range(3)]
-    value = weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary)  # [rows, cols, K, C]
-    return torch.where(valid[..., None], value, torch.zeros((), dtype=dtype, device=device))[None]
+    return _color_planes(vertex_colors, face_colors, faces, face_index, bary, corner)
 
 
 def _batch_range(batch: TriangleBatch, frags: Fragments, blend_settings: BlendSettings) -> torch.Tensor:
@@ -330,9 +342,10 @@ def _batch_range(batch: TriangleBatch, frags: Fragments, blend_settings: BlendSe
     return depth_range(batch.vertices[..., 2], blend_settings, clip_space=False)
 
 
-def _blend_tile(colors: torch.Tensor, part: Fragments, background, settings: RasterSettings,
+def _blend_tile(colors, part: Fragments, background, settings: RasterSettings,
                 blend_settings: BlendSettings, zrange: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """A tile's ``(image, alpha, depth, face_index)``, each ``[1, rows, W, ...]``."""
+    """A tile's ``(image, alpha, depth, face_index)``, each ``[1, rows, W, ...]``, from its color
+    planes (see :func:`composite_soft`)."""
     frame, _ = composite_soft(colors, part, background, settings, blend_settings, zrange)
     return frame.image, frame.alpha, frame.depth, frame.face_index
 

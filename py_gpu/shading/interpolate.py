@@ -123,29 +123,33 @@ def interpolate_vertex(values: torch.Tensor, faces: torch.Tensor, face_index: to
     if Bv > 1:
         offset = (torch.arange(B, device=safe.device) * V)[:, None]
         corner = [(c.view(B, -1) + offset).view(-1) for c in corner]
-    value = weigh_corners(flat.t().contiguous(), corner, bary.to(dtype).reshape(-1, 3).unbind(1))  # [N, C]
-    value = torch.where((fi >= 0)[:, None], value, torch.zeros((), dtype=dtype, device=value.device))
-    return value.view(B, H, W, K, C)
+    planes = weigh_corners(flat.t().contiguous(), corner, bary.to(dtype).reshape(-1, 3).unbind(1), fi >= 0)
+    return torch.stack(planes, dim=-1).view(B, H, W, K, C)
 
 
-def weigh_corners(table: torch.Tensor, corner, weights) -> torch.Tensor:
-    """float ``[..., C]``: per channel, ``w0 * a0 + w1 * a1 + w2 * a2`` (in that order, as the
-    exact shader does), the corners' values ``a_j = table[:, corner[j]]``.
+def weigh_corners(table: torch.Tensor, corner, weights, mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Per channel, ``w0 * a0 + w1 * a1 + w2 * a2`` (in that order, as the exact shader does),
+    the corners' values ``a_j = table[:, corner[j]]``: one float tensor of the weights' shape per
+    channel (0 where ``mask`` is False, when given).
 
     Args:
         table: float ``[C, V]``, one row of values per channel.
         corner: three int64 ``[N]`` vertex ids, one per corner.
         weights: three float tensors of one shape ``S`` with ``N`` elements, the corners' weights.
+        mask: bool of shape ``S``, or None.
 
     Channel by channel, each one's values are gathered along a contiguous row and weighted
     elementwise (a ``[N, 1] * [N, C]`` broadcast over a short last dim ran about 1.7x slower
     forward + backward); the same products and sums whatever the layout, so the same bits."""
     shape = weights[0].shape
-    parts = []
+    planes = []
     for row in table:
         at = [row.index_select(0, c).view(shape) for c in corner]
-        parts.append(weights[0] * at[0] + weights[1] * at[1] + weights[2] * at[2])
-    return torch.stack(parts, dim=-1)
+        value = weights[0] * at[0] + weights[1] * at[1] + weights[2] * at[2]
+        if mask is not None:
+            value = torch.where(mask.view(shape), value, torch.zeros((), dtype=value.dtype, device=value.device))
+        planes.append(value)
+    return planes
 
 
 def gather_face(values: torch.Tensor, face_index: torch.Tensor) -> torch.Tensor:
