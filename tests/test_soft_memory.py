@@ -390,17 +390,17 @@ def test_render_without_gradients_reuses_the_selections_values(budget, clip, mon
     from py_gpu.shading import composite
 
     calls = []
-    original_gather, original_colors = composite.gather_tile, composite._slot_colors_at
+    original_gather, original_colors = composite.gather_tile_planes, composite._slot_colors_at
 
     def gather(*args, **kwargs):
-        calls.append("gather_tile")
+        calls.append("gather_tile_planes")
         return original_gather(*args, **kwargs)
 
     def colors(*args, **kwargs):
         calls.append("colors")
         return original_colors(*args, **kwargs)
 
-    monkeypatch.setattr(composite, "gather_tile", gather)
+    monkeypatch.setattr(composite, "gather_tile_planes", gather)
     monkeypatch.setattr(composite, "_slot_colors_at", colors)
     base = scene(5, clip=clip, faces=14, size=(20, 24))
     s = soft(budget, sigma=2.0, faces_per_pixel=4)

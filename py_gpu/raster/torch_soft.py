@@ -68,8 +68,8 @@ from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
-           "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_bytes_per_slot", "RETURNED_PER_BUDGET",
-           "exp_normal"]
+           "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
+           "RETURNED_PER_BUDGET", "exp_normal"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -102,8 +102,9 @@ def _geometry(coords, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = F
     """:func:`soft_geometry` of triangles given as the nine tensors ``coords`` (``x0, y0, z0, x1,
     ..., z2``; contiguous ones make the arithmetic about twice as fast as strided views of
     ``[..., 3, 3]``, with the same values bit for bit). With ``parts`` (and neither
-    ``dist_only`` nor ``no_bary``), also what :class:`_Geometry`'s backward pass needs: ``(area,
-    l, inside, edge, t, rx, ry)`` with the barycentrics before clamping ``l`` (``[3, ...]``), the
+    ``dist_only`` nor ``no_bary``), the barycentrics as rows (``[3, ...]``) and also what
+    :class:`_Geometry`'s backward pass needs: ``(area, l, inside, edge, t, rx, ry)`` with the
+    barycentrics before clamping ``l`` (``[3, ...]``), the
     nearest edge ``edge`` (int64, the first of equal ones; edge j runs from corner j to corner
     j + 1), the parameter ``t`` of the nearest point on it and the vector ``(rx, ry)`` from that
     point to the sample."""
@@ -132,7 +133,7 @@ def _geometry(coords, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = F
     first, second = s0[0] == d2, s1[0] == d2
     edge = torch.where(first, 0, torch.where(second, 1, 2))
     near = [torch.where(first, a, torch.where(second, b, c)) for a, b, c in zip(s0[1:], s1[1:], s2[1:])]
-    return dist, torch.stack((c0, c1, c2), dim=-1), depth, (area, torch.stack((l0, l1, l2)), inside, edge, *near)
+    return dist, torch.stack((c0, c1, c2)), depth, (area, torch.stack((l0, l1, l2)), inside, edge, *near)
 
 
 def _affine(coords, px: torch.Tensor, py: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -167,7 +168,8 @@ def _row_coords(rows: torch.Tensor) -> list[torch.Tensor]:
 
 class _Geometry(torch.autograd.Function):
     """:func:`soft_geometry` of the triangles with corners ``corner`` (int64 ``[3, N]``) of the
-    vertices ``screen`` (``[V, 3]``) at ``[N]`` points, with a closed-form backward pass into
+    vertices ``screen`` (``[V, 3]``) at ``[N]`` points (the barycentrics as rows, ``[3, N]``),
+    with a closed-form backward pass into
     ``screen`` (the fast path's step 4; autograd through the expressions, as the oracle does,
     keeps about sixty temporaries per point and runs several times as many operations).
 
@@ -191,8 +193,8 @@ class _Geometry(torch.autograd.Function):
     def backward(ctx, g_dist, g_lam, g_depth):
         rows, corner, px, py, lam, area, l, inside, edge, t, rx, ry = ctx.saved_tensors
         X, Y, Z = rows.unbind(0)  # [3 corners, N] each, contiguous
-        c = lam.t().contiguous()
-        g_c = torch.zeros_like(c) if g_lam is None else g_lam.t().contiguous()
+        c = lam
+        g_c = torch.zeros_like(c) if g_lam is None else g_lam.clone(memory_format=torch.contiguous_format)
         g_z = torch.zeros_like(c)
         if g_depth is not None:
             g_c.addcmul_(Z, g_depth)
@@ -1344,6 +1346,19 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
         non-empty slots are evaluated. Vertices are gathered with ``index_select``, whose
         backward sums in a fixed order on the CPU (see the module docstring).
     """
+    frags, bary, screen_bary = gather_tile_planes(screen, w, faces, face_index, origin, centers, known)
+    return Fragments(frags.face_index, torch.stack(bary, dim=-1), frags.depth, frags.dist,
+                     None if screen_bary is None else torch.stack(screen_bary, dim=-1))
+
+
+def gather_tile_planes(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, face_index: torch.Tensor,
+                       origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       known: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """:func:`gather_tile` with the barycentrics as planes: ``(frags, bary, screen_bary)``, the
+    ``Fragments`` without ``bary`` and ``screen_bary``, and those as three ``[1, rows, cols, K]``
+    planes each (``screen_bary`` None for screen-space input). The soft tile paths weigh colors
+    plane by plane; interleaving them into ``[..., 3]`` and reading them back strided cost a
+    tenth of a 1k-triangle rgb forward + backward."""
     rows, W, K = face_index.shape
     dtype, device = screen.dtype, screen.device
     flat = face_index.reshape(-1)  # [rows*W*K]
@@ -1358,31 +1373,30 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
         py = centers[0].index_select(0, pixel).to(dtype) + 0.5
     corner = torch.stack([faces[:, j].index_select(0, fi) for j in range(3)])  # [3, N] (faces.t() gathers ~3-6x slower)
     if torch.is_grad_enabled() and screen.requires_grad:  # closed-form backward
-        dist_n, lam_n, depth_n = _Geometry.apply(screen, corner, px, py)
+        dist_n, lam, depth_n = _Geometry.apply(screen, corner, px, py)
+        lam = lam.unbind(0)
     else:
         coords = _row_coords(_corner_rows(screen, corner))
         if known is None:
-            dist_n, lam_n, depth_n = _geometry(coords, px, py)
+            dist_n, lam, depth_n = _geometry(coords, px, py)
+            lam = lam.unbind(-1)
         else:  # the selection's distance and depth; only the barycentrics are evaluated
             dist_n, depth_n = (v.reshape(-1).index_select(0, si) for v in known)
-            lam_n = torch.stack(_clamped(*_affine(coords, px, py)[1:]), dim=-1)
-    bary_n = lam_n
+            lam = _clamped(*_affine(coords, px, py)[1:])
+    bary = lam
     if w is not None:
-        q = lam_n / w.index_select(0, corner.t().reshape(-1)).view(-1, 3)  # [N, 3]
-        bary_n = q / q.sum(dim=-1, keepdim=True)
+        q = [lam[j] / w.index_select(0, corner[j]) for j in range(3)]
+        total = q[0] + q[1] + q[2]
+        bary = [q[j] / total for j in range(3)]
     n_slots = flat.numel()
 
-    def scatter(values: torch.Tensor, fill: float, tail: tuple[int, ...] = ()) -> torch.Tensor:
-        base = torch.full((n_slots, *tail), fill, dtype=dtype, device=device)
-        return base.index_put((si,), values).view(1, rows, W, K, *tail)
+    def scatter(values: torch.Tensor, fill: float) -> torch.Tensor:
+        base = torch.full((n_slots,), fill, dtype=dtype, device=device)
+        return base.index_put((si,), values).view(1, rows, W, K)
 
-    return Fragments(
-        face_index=face_index[None],
-        bary=scatter(bary_n, 0.0, (3,)),
-        depth=scatter(depth_n, math.inf),
-        dist=scatter(dist_n, 0.0),
-        screen_bary=scatter(lam_n, 0.0, (3,)) if w is not None else None,
-    )
+    frags = Fragments(face_index[None], None, scatter(depth_n, math.inf), scatter(dist_n, 0.0))
+    planes = [scatter(b, 0.0) for b in bary]
+    return frags, planes, [scatter(b, 0.0) for b in lam] if w is not None else None
 
 
 def plan_with_room(plan_for: Callable[[int], SoftPlan], budget: int, grad: bool) -> tuple[SoftPlan, int]:

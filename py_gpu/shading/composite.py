@@ -20,7 +20,7 @@ import torch
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, exp_normal, gather_bytes_per_slot,
-                                 gather_tile, plan_tiles, plan_with_room, rasterize_soft)
+                                 gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend_planes, depth_range, nearest_covering, silhouette
 from .interpolate import gather_face, interpolate_vertex, weigh_corners
@@ -186,8 +186,9 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
             fi = _occupied(fi)
             known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
             if known is None or torch.is_grad_enabled():
-                part = dataclasses.replace(gather_tile(scr, wb, faces, fi, origin, centers, known), alpha=part_alpha)
-                colors = _color_planes(vertex_colors, face_colors, faces, fi, part.bary[0].unbind(-1))
+                part, bary, _ = gather_tile_planes(scr, wb, faces, fi, origin, centers, known)
+                part = dataclasses.replace(part, alpha=part_alpha)
+                colors = _color_planes(vertex_colors, face_colors, faces, fi, [b[0] for b in bary])
             else:  # the selection's distance and depth; the colors straight from the slots
                 part = Fragments(fi[None], None, known[1][None], known[0][None], None, part_alpha)
                 colors = _slot_colors_at(scr, wb, faces, vertex_colors, face_colors, fi, origin, centers)
