@@ -55,7 +55,6 @@ summed in tile order. On CUDA, ``index_add_`` and ``scatter_add_`` use atomics: 
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -607,9 +606,8 @@ class FaceSelector:
         # groups of faces (nearest first) with at most max_spans spans each; a face has <= rows spans
         ends = torch.cumsum(n_rows, 0)
         lo, n = 0, face.numel()
-        bounds = ends.tolist()
         while lo < n:
-            done = bounds[lo - 1] if lo else 0
+            done = int(ends[lo - 1]) if lo else 0
             hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
             yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi],
                                    reach[:, lo:hi])
@@ -767,13 +765,13 @@ class FaceSelector:
         span_w = span_c1 - span_c0 + 1
         del span_c1, alive
         # 2. chunk: consecutive spans (nearest faces first) of at most max_frags candidates in all
-        ends = torch.cumsum(span_w, 0).tolist()
-        n_spans, max_frags, start, done = len(ends), min(self.plan.max_frags, _CHUNK_CANDIDATES), 0, 0
+        ends = torch.cumsum(span_w, 0)  # the cuts are searched in the tensor: a list of every end costs more
+        n_spans, max_frags, start, done = span_w.numel(), min(self.plan.max_frags, _CHUNK_CANDIDATES), 0, 0
         while start < n_spans:
-            stop = max(start + 1, bisect.bisect_right(ends, done + max_frags, lo=start))
-            yield tri, span_face[start:stop], span_row[start:stop], span_c0[start:stop], span_w[start:stop], \
-                ends[stop - 1] - done
-            start, done = stop, ends[stop - 1]
+            stop = max(start + 1, int(torch.searchsorted(ends, done + max_frags, right=True)))
+            end = int(ends[stop - 1])
+            yield tri, span_face[start:stop], span_row[start:stop], span_c0[start:stop], span_w[start:stop], end - done
+            start, done = stop, end
 
 
 def _reach_lines(tri: torch.Tensor, radius: float) -> torch.Tensor:
