@@ -1188,21 +1188,24 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
             pix, z, fid = (t.index_select(0, live) for t in (pix, z, fid))
             d = None if d is None else d.index_select(0, live)
     o = _rank_order(pix, z, fid)
-    values = [t.index_select(0, o) for t in (z, fid) + (() if d is None else (d,))]
     pix = pix.index_select(0, o)
-    touched, counts = torch.unique_consecutive(pix, return_counts=True)  # [M]
-    starts = torch.cumsum(counts, 0) - counts
-    rank = torch.arange(pix.numel(), device=device) - torch.repeat_interleave(starts, counts)
+    n = pix.numel()
+    first = torch.ones(n, dtype=torch.bool, device=device)  # each pixel's first fragment in the order
+    first[1:] = pix[1:] != pix[:-1]
+    at = torch.arange(n, device=device)
+    rank = at - torch.where(first, at, 0).cummax(0).values  # place within the pixel's run
     kept = torch.nonzero(rank < K).squeeze(1)  # the first K of each pixel
-    values, rank = [t.index_select(0, kept) for t in values], rank.index_select(0, kept)
+    order = o.index_select(0, kept)
+    values = [t.index_select(0, order) for t in (z, fid) + (() if d is None else (d,))]
+    rank = rank.index_select(0, kept)
     buffers = [best_depth, best_face] + ([] if d is None else [best_dist])
     if fresh:  # the buffers are still empty: no merge
         at = pix.index_select(0, kept) * K + rank
         for buf, v in zip(buffers, values):
             buf.view(-1).index_copy_(0, at, v)
         return
-    slot = torch.repeat_interleave(torch.arange(touched.numel(), device=device), counts).index_select(0, kept) * K
-    slot += rank
+    touched = pix.index_select(0, torch.nonzero(first).squeeze(1))  # [M]
+    slot = (torch.cumsum(first, 0) - 1).index_select(0, kept) * K + rank  # the pixel's row of [M, K]
     fills = (math.inf, -1, 0.0)
     cand = [torch.full((touched.numel() * K,), fill, dtype=v.dtype, device=device).index_copy_(0, slot, v).view(-1, K)
             for v, fill in zip(values, fills)]
