@@ -268,11 +268,11 @@ def _item(dtype: torch.dtype) -> int:
 
 
 def _face_bytes(dtype: torch.dtype) -> int:
-    """Bytes per face of one batch element's face table (corners, grown boxes, row and column
+    """Bytes per face of one batch element's face table (edges, grown boxes, row and column
     ranges, and their temporaries while it is built; the float64 reach table, whose
     temporaries are gone before the first tile), kept while that element's tiles run, and of a
     tile's per-face span counts."""
-    return 24 * _item(dtype) + 96 + 8 * _REACH_ROWS
+    return 34 * _item(dtype) + 96 + 8 * _REACH_ROWS
 
 
 #: The selected face indices are kept for the backward pass when they take at most
@@ -543,8 +543,7 @@ class FaceSelector:
 
     @torch.no_grad()
     def _build(self, b: int):
-        """The corners of element ``b``'s faces (``[9, F]``: one row per coordinate, ``x0, y0, z0,
-        x1, ..., z2``, contiguous for gathers), its live faces (nonzero area, not culled, blur
+        """The edge table of element ``b``'s faces (``[19, F]``, :func:`_edge_table`), its live faces (nonzero area, not culled, blur
         box on screen), with their pixel ranges (int64 ``[n]`` each) and reach (``[10, n]``,
         :func:`_reach_table`), and every face's nearest corner depth (``[F]``: no fragment of the
         face is nearer). The live faces come in face order (a mesh's neighbours are near in
@@ -579,14 +578,13 @@ class FaceSelector:
         for i in range(0, live.numel(), _LINE_BLOCK):  # in blocks: their float64 temporaries stay small
             part = tri.index_select(0, live[i:i + _LINE_BLOCK])
             reach[:, i:i + _LINE_BLOCK] = _reach_table(_reach_lines(part, radius))
-        corners = tri.reshape(F, 9).t().contiguous()  # [9, F]: one coordinate per row, for gathers
-        return corners, live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), reach, zmin
+        return _edge_table(tri), live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), reach, zmin
 
     def spans(self, tile: Tile):
         """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, n)`` of
         ``n <= plan.max_frags`` candidates (one span may exceed it alone): ``[S]`` spans of
         ``span_w`` pixels from ``(row, col0)`` of face ``face`` (see :func:`_candidates`);
-        ``tri`` is the element's (detached) corner table (see :meth:`_build`). Steps 1-2 of
+        ``tri`` is the element's (detached) edge table (see :meth:`_build`). Steps 1-2 of
         the module docstring; shared by the selection and by the silhouette's backward pass."""
         b, row0, row1, col0, col1 = tile
         if self.faces.shape[0] == 0:
@@ -919,8 +917,8 @@ class _LogMiss(torch.autograd.Function):
 
 def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row: torch.Tensor, sigma: float,
                 reach: float, dist_only: bool = False, depth: bool = False):
-    """The silhouette's terms of candidates ``(face, row, col)`` (``[n]`` each; corners from the
-    table ``[9, F]``, see :meth:`FaceSelector._build`): ``dist`` (float ``[n]``, the one :func:`soft_geometry`
+    """The silhouette's terms of candidates ``(face, row, col)`` (``[n]`` each; their faces' edges
+    from the table ``[19, F]``, see :func:`_edge_table`): ``dist`` (float ``[n]``, the one :func:`soft_geometry`
     computes, operation for operation, so the reach test agrees with the selection's bit for bit),
     the nearest edge ``3 * face + j`` (int64 ``[n]``; edge j runs from corner j to corner j + 1)
     and ``d log(1 - D) / d (a, b)`` for its corners (float ``[4, n]``: ``ax, ay, bx, by``), zero
@@ -935,23 +933,17 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     by it)."""
     dtype = table.dtype
     px, py = col.to(dtype).add_(0.5), row.to(dtype).add_(0.5)
-    own = table.index_select(1, face)  # [9, n] (gathered before the rows are picked: table[rows] copies all F)
-    rows = _EDGE_INDEX.get(own.device)
-    if rows is None:  # index_select with a tensor: indexing with a list of rows is about 5x slower
-        rows = _EDGE_INDEX[own.device] = torch.tensor(_EDGE_ROWS, device=own.device)
-    xa, xb, ya, yb = own.index_select(0, rows).view(4, 3, -1).unbind(0)  # [3, n]: x_a, x_b, y_a, y_b of edges 0-2
-    ex, ey, dx, dy = xb - xa, yb - ya, px - xa, py - ya
-    area = ex[0] * (ya[2] - ya[0]) - ey[0] * (xa[2] - xa[0])
-    area = torch.where(area != 0, area, torch.ones_like(area))
-    cross = (ex * dy).sub_(ey * dx).div_(area)  # soft_geometry's l2, l0, l1 (edge j is opposite corner j + 2)
+    own = table.index_select(1, face)  # [19, n], see _edge_table
+    xa, ya, ex, ey, ee = own[0:3], own[3:6], own[6:9], own[9:12], own[12:15]  # [3, n]: per edge
+    dx, dy = px - xa, py - ya
+    cross = (ex * dy).sub_(ey * dx).div_(own[15])  # soft_geometry's l2, l0, l1 (edge j is opposite corner j + 2)
     inside = (cross[0] >= 0) & (cross[1] >= 0) & (cross[2] >= 0)
-    ee = (ex * ex).add_(ey * ey)
-    t = (dx * ex).add_(dy * ey).div_(torch.where(ee > 0, ee, torch.ones_like(ee))).clamp_(0.0, 1.0)
+    t = (dx * ex).add_(dy * ey).div_(ee).clamp_(0.0, 1.0)
     rx, ry = dx.sub_(t * ex), dy.sub_(t * ey)
     d2 = (rx * rx).add_(ry * ry)  # [3, n]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
     dist = torch.where(inside, near, -near)
-    out = (dist,) if not depth else (dist, _clamped_depth(cross, own[2::3]))
+    out = (dist,) if not depth else (dist, _clamped_depth(cross, own[16:19]))
     if dist_only:
         return out if depth else dist
     # 2 * D / sigma * sign(dist): the coefficient of d d2 / d (corner)
@@ -1062,10 +1054,19 @@ def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return c0 * z[0] + c1 * z[1] + c2 * z[2]
 
 
-#: Rows of the corner table (``[9, F]``: x0, y0, z0, x1, ...) for edges ``j -> j + 1``, j = 0, 1, 2:
-#: first corners' x, second corners' x, first corners' y, second corners' y.
-_EDGE_ROWS = [0, 3, 6, 3, 6, 0, 1, 4, 7, 4, 7, 1]
-_EDGE_INDEX: dict = {}  # _EDGE_ROWS as an int64 tensor, per device
+def _edge_table(tri: torch.Tensor) -> torch.Tensor:
+    """float ``[19, F]``: what :func:`_miss_terms` needs of each of the triangles ``[F, 3, 3]``, one
+    contiguous row per value for gathers: per edge ``j`` (from corner ``j`` to corner ``j + 1``,
+    rows ``3 k + j``) its first corner ``(xa, ya)`` (rows 0-5), its vector ``(ex, ey)`` (rows 6-11)
+    and its squared length ``ee`` (rows 12-14, 1 where 0), then the doubled signed area (row 15, 1
+    where 0) and the corners' depths (rows 16-18). Computed once per face, with the operations
+    that evaluating them per candidate did (so the same bits), instead of for every candidate."""
+    x, y = tri[..., 0].t(), tri[..., 1].t()  # [3, F]: corner j of every face
+    ex, ey = x.roll(-1, 0) - x, y.roll(-1, 0) - y
+    ee = ex * ex + ey * ey
+    area = ex[0] * (y[2] - y[0]) - ey[0] * (x[2] - x[0])
+    return torch.cat((x, y, ex, ey, torch.where(ee > 0, ee, torch.ones_like(ee)),
+                      torch.where(area != 0, area, torch.ones_like(area))[None], tri[..., 2].t()))
 
 
 #: Candidates evaluated together in the per-candidate arithmetic of steps 2-3 and of the
