@@ -594,3 +594,24 @@ def test_fit_cube_pose_recovers_rotation():
     omega, start_err, end_err, _ = ex.fit(steps=90, offset_deg=35.0)
     assert start_err >= 30.0
     assert end_err < 2.0, end_err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exp_normal_is_exp_except_where_the_result_is_not_normal(dtype):
+    """exp_normal agrees with exp, value and gradient, wherever the result is at least e times the
+    smallest normal number; below that (where torch's CPU exp takes its slow path) it is 0, and
+    ``1 - exp_normal(x)`` is exactly 1 there, as ``1 - exp(x)`` is."""
+    from py_gpu.raster.torch_soft import exp_normal
+
+    floor = math.log(torch.finfo(dtype).tiny) + 1.0
+    x = torch.cat([torch.linspace(floor, 5.0, 2001, dtype=dtype),
+                   torch.tensor([floor - 1e-3, floor - 5.0, -1e4, -math.inf], dtype=dtype)]).requires_grad_(True)
+    got = exp_normal(x)
+    (grad,) = torch.autograd.grad(got.sum(), x)
+    normal = x.detach() >= floor
+    want = torch.exp(x.detach())
+    assert torch.equal(got.detach()[normal], want[normal])
+    assert torch.equal(grad[normal], want[normal])
+    assert torch.equal(got.detach()[~normal], torch.zeros(int((~normal).sum()), dtype=dtype))
+    assert torch.equal(grad[~normal], torch.zeros(int((~normal).sum()), dtype=dtype))
+    assert torch.equal(1.0 - got.detach()[~normal], 1.0 - want[~normal])
