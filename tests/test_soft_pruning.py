@@ -37,6 +37,23 @@ def stacked_scene(faces: int = 80, seed: int = 3, device=torch.device("cpu"), dt
                          vertex_colors=colors.to(device, dtype))
 
 
+def covered_scene(device=torch.device("cpu"), dtype=torch.float64) -> TriangleBatch:
+    """Four triangles far larger than the frame near the camera, whose right edges run near x = 20
+    (the frame's pixels left of about x = 15 lie deep inside all of them, alpha exactly 1), and
+    behind them sixty small ones scattered over the frame."""
+    g = torch.Generator().manual_seed(4)
+    big = torch.tensor([[-300.0, -300.0], [20.0, -300.0], [20.0, 300.0]], dtype=torch.float64)
+    big = torch.cat([torch.cat([big + torch.tensor([0.3 * i, 0.0], dtype=torch.float64),
+                                torch.full((3, 1), 0.1 + 0.02 * i, dtype=torch.float64)], -1) for i in range(4)])
+    center = torch.rand(60, 1, 2, generator=g, dtype=torch.float64) * torch.tensor([32.0, 24.0], dtype=torch.float64)
+    small = center + (torch.rand(60, 3, 2, generator=g, dtype=torch.float64) * 2 - 1) * 3.0
+    depth = 0.8 + 0.2 * torch.rand(60, 3, 1, generator=g, dtype=torch.float64)
+    verts = torch.cat([big, torch.cat([small, depth], -1).reshape(-1, 3)])[None]
+    colors = torch.rand(1, verts.shape[1], 3, generator=g, dtype=torch.float64)
+    return TriangleBatch(verts.to(device, dtype), torch.arange(verts.shape[1], device=device).reshape(-1, 3),
+                         vertex_colors=colors.to(device, dtype))
+
+
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of a few faces each, so that later chunks meet pixels that are done."""
@@ -309,3 +326,69 @@ def test_terms_are_deferred_where_faces_alone_saturate_pixels():
     inradius = 2 * 800.0 / (80.0 + 40.0 * math.sqrt(2.0))  # twice the area over the perimeter
     depth = math.sqrt(torch_soft._saturated(torch.float32))
     assert float(core) == pytest.approx(800.0 * (1 - depth / inradius) ** 2, rel=1e-9)
+
+
+def test_box_limit_keeps_the_faces_some_block_of_their_box_can_hold():
+    """_box_limit's range maxima over the blocks a face's box touches, against brute force: a face
+    is kept when its nearest depth is not beyond the largest limit of those blocks."""
+    g = torch.Generator().manual_seed(11)
+    rows, width, origin = 37, 70, (5, 9)
+    hidden = torch.rand(rows * width, generator=g, dtype=torch.float64)
+    hidden[torch.rand(rows * width, generator=g) < 0.02] = math.inf  # a few pixels not done
+    n = 3000
+    top = torch.randint(0, rows, (n,), generator=g)
+    left = torch.randint(0, width, (n,), generator=g)
+    n_rows = (torch.randint(1, rows + 1, (n,), generator=g)).minimum(rows - top)
+    n_cols = (torch.randint(1, width + 1, (n,), generator=g)).minimum(width - left)
+    zmin = torch.rand(n, generator=g, dtype=torch.float64) * 1.2
+    face = torch.arange(n)
+    keep = torch_soft._box_limit(hidden, zmin, rows, width, origin)(face, top + origin[0], n_rows, left + origin[1],
+                                                                     n_cols)
+    kept = torch.zeros(n, dtype=torch.bool)
+    kept[torch.arange(n) if keep is None else keep] = True
+    bs = torch_soft._LIMIT_BLOCK
+    grid = hidden.view(rows, width)
+    for f in range(n):
+        r0, r1 = int(top[f]) // bs * bs, (int(top[f] + n_rows[f]) - 1) // bs * bs + bs
+        c0, c1 = int(left[f]) // bs * bs, (int(left[f] + n_cols[f]) - 1) // bs * bs + bs
+        most = grid[r0:r1, c0:c1].max()
+        assert bool(kept[f]) == bool(zmin[f] <= most), f
+    assert 0 < int(kept.sum()) < n
+
+
+@pytest.mark.parametrize("path", ["render", "silhouette"])
+def test_faces_behind_done_pixels_are_not_expanded(monkeypatch, device, small_chunks, path):
+    """Faces behind every done pixel their box holds are dropped before their spans are made (where
+    the gradient terms are deferred, or not needed): far fewer faces are expanded, and alpha and
+    its gradients are those of expanding every face."""
+    dtype = float64_on(device)
+    monkeypatch.setattr(torch_soft, "_GROUP_CAP", 1)  # small groups, so that the limit is asked often
+    monkeypatch.setattr(torch_soft, "_DEFER_SHARE", 0.0)  # deferred gradient terms: faces may be dropped
+    monkeypatch.setattr(torch_soft, "_LIMIT_BLOCK", 4)  # blocks small beside the 24 x 32 frame
+    scene = covered_scene(device=device, dtype=dtype)
+    s = soft(sigma=1.0, faces_per_pixel=4)
+    up = torch.rand(1, *SIZE, 1, generator=torch.Generator().manual_seed(8), dtype=torch.float64).to(device, dtype)
+    seen = {"expanded": 0}
+    real_group = torch_soft.FaceSelector._group
+
+    def group(self, tri, face, *rest):
+        seen["expanded"] += face.numel()
+        yield from real_group(self, tri, face, *rest)
+
+    def run():
+        seen["expanded"] = 0
+        v = scene.vertices.detach().clone().requires_grad_(True)
+        b = TriangleBatch(v, scene.faces, vertex_colors=scene.vertex_colors)
+        alpha = py_gpu.silhouette(b, SIZE, settings=s) if path == "silhouette" else py_gpu.render(b, SIZE, settings=s).alpha
+        (alpha * up).sum().backward()
+        return alpha.detach(), v.grad, seen["expanded"]
+
+    monkeypatch.setattr(torch_soft.FaceSelector, "_group", group)
+    alpha, g, expanded = run()
+    with monkeypatch.context() as m:
+        m.setattr(torch_soft, "_box_limit", lambda *a: (lambda *group: None))
+        want_alpha, want_g, all_faces = run()
+    assert expanded < 0.8 * all_faces, (expanded, all_faces)
+    assert torch.equal(alpha, want_alpha)
+    assert torch.allclose(g, want_g, rtol=1e-10, atol=1e-12)
+    assert want_g.abs().max() > 1e-3 and 0.3 < float((want_alpha == 1).double().mean()) < 0.9

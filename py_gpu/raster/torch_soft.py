@@ -580,12 +580,18 @@ class FaceSelector:
             reach[:, i:i + _LINE_BLOCK] = _reach_table(_reach_lines(part, radius))
         return _edge_table(tri), live, *(t.index_select(0, live) for t in (r0, r1, c0, c1)), reach, zmin
 
-    def spans(self, tile: Tile):
+    def spans(self, tile: Tile, limit: Callable | None = None):
         """The tile's candidate fragments, as chunks ``(tri, face, row, col0, span_w, n)`` of
         ``n <= plan.max_frags`` candidates (one span may exceed it alone): ``[S]`` spans of
         ``span_w`` pixels from ``(row, col0)`` of face ``face`` (see :func:`_candidates`);
         ``tri`` is the element's (detached) edge table (see :meth:`_build`). Steps 1-2 of
-        the module docstring; shared by the selection and by the silhouette's backward pass."""
+        the module docstring; shared by the selection and by the silhouette's backward pass.
+
+        With ``limit``, each group of faces is first given to ``limit(face, top, n_rows, left,
+        n_cols)`` (int64 ``[n]`` each: the faces and their boxes clipped to the tile), asked when
+        the group's turn comes, which returns the indices of the faces to expand into spans (None:
+        all of them): faces behind every pixel of their box that is done are dropped before any
+        of their spans is made."""
         b, row0, row1, col0, col1 = tile
         if self.faces.shape[0] == 0:
             return
@@ -601,14 +607,25 @@ class FaceSelector:
         n_rows = f_r1.clamp(max=row1 - 1) - top + 1
         left = f_c0.clamp(min=col0)
         n_cols = f_c1.clamp(max=col1 - 1) - left + 1
-        # groups of faces (nearest first) with at most max_spans spans each; a face has <= rows spans
+        # groups of faces (nearest first) with at most max_spans spans each (a face has <= rows spans)
+        # and, with a limit, boxes of about two chunks' candidates, so that the limit is asked often
         ends = torch.cumsum(n_rows, 0)
+        areas = torch.cumsum(n_rows * n_cols, 0) if limit is not None else None
         lo, n = 0, face.numel()
         while lo < n:
             done = int(ends[lo - 1]) if lo else 0
             hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
-            yield from self._group(tri, face[lo:hi], top[lo:hi], n_rows[lo:hi], left[lo:hi], n_cols[lo:hi],
-                                   reach[:, lo:hi])
+            if areas is not None:
+                seen = int(areas[lo - 1]) if lo else 0
+                hi = min(hi, max(lo + 1, int(torch.searchsorted(areas, seen + _GROUP_CAP * _CHUNK_CANDIDATES, right=True))))
+            group = [t[lo:hi] for t in (face, top, n_rows, left, n_cols)] + [reach[:, lo:hi]]
+            keep = None if limit is None else limit(*group[:5])
+            if keep is not None:  # faces behind every pixel their box holds in the tile
+                if keep.numel() == 0:
+                    lo = hi
+                    continue
+                group = [t.index_select(0, keep) for t in group[:5]] + [group[5].index_select(1, keep)]
+            yield from self._group(tri, *group)
             lo = hi
 
     @torch.no_grad()
@@ -627,7 +644,12 @@ class FaceSelector:
         terms = None
         if self.room > 0 and tile not in self.kept_terms:
             terms = _Terms(self.room, self.screen.dtype, deferred=self.defer)
-        for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile)):
+        def limit(*group):  # faces behind every done pixel of their box are not expanded
+            hidden = _hidden_depth(log_miss, best_depth, best_face)
+            return None if hidden is None else _box_limit(hidden, zmin, rows, width, (row0, col0))(*group)
+
+        pruned = terms is None or terms.deferred  # then the backward pass need not see the same chunks
+        for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile, limit if pruned else None)):
             hidden = None if i == 0 else _hidden_depth(log_miss, best_depth, best_face)
             keep = None if hidden is None else _visible_spans(hidden, zmin, face, row, c0, span_w, (row0, col0), width)
             if keep is not None:  # whole spans behind done pixels
@@ -641,10 +663,12 @@ class FaceSelector:
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
                    hidden=hidden, zmin=zmin)
         self._keep_miss(tile, log_miss)
-        if terms is not None and terms.chunks:
-            used = terms.finish(self._table(b)[0], log_miss, -_saturated(log_miss.dtype), (row0, col0), width, s.sigma, reach)
-            self.kept_terms[tile] = terms.blocks
-            self.room -= used
+        if terms is not None and (terms.chunks or terms.overflow):
+            used = terms.finish(self._table(b)[0], log_miss, -_saturated(log_miss.dtype), (row0, col0), width, s.sigma,
+                                reach)
+            if terms.blocks is not None:
+                self.kept_terms[tile] = terms.blocks
+                self.room -= used
         if not self.hold_slots:
             self._slots.clear()
         self._slots[tile] = (best_dist.view(rows, width, K), best_depth.view(rows, width, K))
@@ -676,7 +700,15 @@ class FaceSelector:
         zmin = self._table(b)[-1]
         terms = _Terms(room, dtype, deferred=self.defer) if room > 0 else None
         floor, look, k = -_saturated(dtype), False, 0
-        for chunk in self.spans(tile):
+
+        def limit(*group):  # faces whose box holds only pixels whose alpha is exactly 1 are not expanded
+            if not look:
+                return None
+            done = torch.where(log_miss < floor, -math.inf, math.inf)
+            return _box_limit(done, zmin, row1 - row0, width, (row0, col0))(*group)
+
+        pruned = terms is None or terms.deferred  # then the backward pass need not see the same chunks
+        for chunk in self.spans(tile, limit if pruned else None):
             keep = None
             if look:  # whole spans whose pixels all have alpha exactly 1 already
                 done = torch.where(log_miss < floor, -math.inf, math.inf)
@@ -694,9 +726,11 @@ class FaceSelector:
             else:
                 terms.close()
         self._keep_miss(tile, log_miss)
-        if terms is None or not terms.chunks:
+        if terms is None or not (terms.chunks or terms.overflow):
             return 0
         used = terms.finish(self._table(b)[0], log_miss, floor, (row0, col0), width, s.sigma, reach)
+        if terms.blocks is None:
+            return 0
         self.kept_terms[tile] = terms.blocks
         return used
 
@@ -974,13 +1008,16 @@ class _Terms:
       be evaluated for nothing.
 
     ``blocks``: one entry per chunk, a list of ``(pixel, edge, terms)`` blocks, or None for a
-    chunk not kept (the backward pass evaluates it again)."""
+    chunk not kept (the backward pass evaluates it again). Deferred, a tile keeps all of its
+    chunks or none (``blocks`` None): its chunks may have skipped faces the backward pass does not
+    know of (see :meth:`FaceSelector.spans`), so it evaluates every chunk again rather than some."""
 
     def __init__(self, room: int, dtype: torch.dtype, deferred: bool):
         self.room, self.used, self.size, self.deferred = room, 0, _term_bytes(dtype), deferred
         self.chunks: list = []  # per chunk: a list of blocks (eager), (face, pixel) (deferred), () or None
-        self.blocks: list = []
+        self.blocks: list | None = []
         self._open: list | None = []  # the blocks of the chunk being evaluated (eager); None once it overflows
+        self.overflow = False  # deferred: a chunk did not fit, so the tile keeps nothing
 
     def evaluate(self, table, face, col, row, pix, sigma: float, reach: float, depth: bool = False):
         """Eager: ``dist`` (and with ``depth`` the depth) of one block of candidates at tile pixels
@@ -1008,12 +1045,12 @@ class _Terms:
                 self.chunks.append(self._open)
             self._open = []
             return
-        if face is None or face.numel() == 0:
+        if self.overflow or face is None or face.numel() == 0:
             self.chunks.append(())
             return
         size = face.numel() * self.size
         if self.used + size > self.room:
-            self.chunks.append(None)
+            self.overflow, self.chunks, self.used = True, [], 0
             return
         self.chunks.append((face, pix))
         self.used += size
@@ -1026,6 +1063,9 @@ class _Terms:
         if not self.deferred:
             self.blocks, self.chunks = self.chunks, []
             return self.used
+        if self.overflow:
+            self.blocks, self.chunks = None, []
+            return 0
         self.used = 0
         for entry in self.chunks:
             if not entry:
@@ -1087,6 +1127,11 @@ _HIDDEN_SHARE = 8
 #: ``py_gpu.silhouette`` counts the tile's pixels whose alpha is exactly 1 every this many blocks
 #: until enough are (see ``_HIDDEN_SHARE``) to look them up for every candidate.
 _SATURATION_CHECK = 4
+#: Side in pixels of the square blocks over which :func:`_box_limit` takes the hidden depths' maxima.
+_LIMIT_BLOCK = 16
+#: With a limit (see :meth:`FaceSelector.spans`), a group of faces has boxes of at most this many
+#: chunks' candidates (``_CHUNK_CANDIDATES``), so that the limit is asked often.
+_GROUP_CAP = 8
 #: Faces whose reach lines (:func:`_reach_lines`) are computed together while a face table is built.
 _LINE_BLOCK = 16384
 
@@ -1271,6 +1316,50 @@ def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: t
     if int(done.sum()) * _HIDDEN_SHARE < done.numel():
         return None
     return torch.where(done, best_depth[:, K - 1], math.inf)
+
+
+def _box_limit(hidden: torch.Tensor, zmin: torch.Tensor, rows: int, width: int, origin: tuple[int, int]):
+    """A ``limit`` for :meth:`FaceSelector.spans`: the faces (``[n]`` ids, with boxes ``top, n_rows,
+    left, n_cols`` in the tile whose top-left pixel is ``origin``) whose nearest depth ``zmin[face]``
+    is not beyond the largest ``hidden`` depth (float ``[rows * width]``, :func:`_hidden_depth`) of
+    the ``_LIMIT_BLOCK``-pixel square blocks their box touches; None when that is every face. The
+    maxima over the blocks come from a two-dimensional sparse table (maxima over 2^i x 2^j blocks;
+    four windows cover a box)."""
+    bs = _LIMIT_BLOCK
+    hb, wb = -(-rows // bs), -(-width // bs)
+    grid = hidden.new_full((hb * bs, wb * bs), -math.inf)
+    grid[:rows, :width] = hidden.view(rows, width)
+    li, lj = hb.bit_length(), wb.bit_length()  # levels 0 .. floor(log2(n))
+    table = hidden.new_full((li, lj, hb, wb), -math.inf)
+    table[0, 0] = grid.view(hb, bs, wb, bs).amax(dim=(1, 3))
+    for i in range(li):
+        if i:
+            step = 1 << (i - 1)
+            table[i, 0, :hb - step] = torch.maximum(table[i - 1, 0, :hb - step], table[i - 1, 0, step:])
+        for j in range(1, lj):
+            step = 1 << (j - 1)
+            table[i, j, :, :wb - step] = torch.maximum(table[i, j - 1, :, :wb - step], table[i, j - 1, :, step:])
+    flat = table.view(-1)
+
+    def floor_log2(n: torch.Tensor, levels: int) -> torch.Tensor:
+        out = torch.zeros_like(n)
+        for k in range(1, levels):
+            out += n >= (1 << k)
+        return out
+
+    def limit(face, top, n_rows, left, n_cols):
+        r0, c0 = (top - origin[0]) // bs, (left - origin[1]) // bs
+        r1, c1 = (top - origin[0] + n_rows - 1) // bs, (left - origin[1] + n_cols - 1) // bs
+        i, j = floor_log2(r1 - r0 + 1, li), floor_log2(c1 - c0 + 1, lj)
+        one = torch.ones_like(i)
+        r2, c2 = r1 - one.bitwise_left_shift(i) + 1, c1 - one.bitwise_left_shift(j) + 1  # the far windows' starts
+        base = (i * lj + j) * (hb * wb)
+        corners = [flat.index_select(0, base + r * wb + c) for r in (r0, r2) for c in (c0, c2)]
+        most = torch.maximum(torch.maximum(corners[0], corners[1]), torch.maximum(corners[2], corners[3]))
+        keep = torch.nonzero(~(zmin.index_select(0, face) > most)).squeeze(1)
+        return None if keep.numel() == face.numel() else keep
+
+    return limit
 
 
 def _visible_spans(hidden: torch.Tensor, zmin: torch.Tensor, face, row, col0, span_w, origin: tuple[int, int],
