@@ -22,7 +22,8 @@ working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
    chunk is evaluated as one flat vector of candidates (no padding to the widest span). Before
    a chunk after the first is evaluated, its spans and candidates at pixels that are done are
    skipped: pixels whose K slots are full and whose silhouette sum is so low that alpha is
-   exactly 1, where a face whose nearest depth lies beyond the K-th slot changes nothing.
+   exactly 1, where a face whose nearest depth lies beyond the K-th slot changes nothing. Faces
+   behind every done pixel of their box are dropped even before their spans are made.
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
    and the first K are merged into the tile's running per-pixel top-K buffer. Chunks after the
    first drop, before ranking, the fragments that lose to their pixel's K-th kept slot.
