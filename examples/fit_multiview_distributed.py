@@ -26,6 +26,7 @@ texels the views see) and ``start_metric``, the per-step global ``losses``, ``wo
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 
@@ -172,6 +173,10 @@ def main(argv=None) -> dict:
                 print(f"wrote {args.out}")
         dist.barrier()
     finally:
+        # DistributedDataParallel keeps reference cycles: free it (and its reducer's hold on the
+        # process group) while the interpreter is alive, or gloo's threads may abort the process
+        # when the interpreter tears it down at exit
+        gc.collect()
         dist.destroy_process_group()
     return result
 
