@@ -208,20 +208,19 @@ class _Geometry(torch.autograd.Function):
             m, p = (k - 1) % 3, (k + 1) % 3
             torch.mul(g_e[m], dy[p], out=gx[k]).sub_(g_e[p] * dy[m])
             torch.mul(g_e[p], dx[m], out=gy[k]).sub_(g_e[m] * dx[p])
-        if g_dist is not None:
-            coef = torch.where(inside, -2.0 * g_dist, 2.0 * g_dist)
-            b_share = coef * t
-            a_share = coef - b_share
-            on = [edge == j for j in range(3)]
-            zero = torch.zeros((), dtype=gx.dtype, device=gx.device)
-            for r, g in ((rx, gx), (ry, gy)):
-                a_r, b_r = a_share * r, b_share * r
-                for k in range(3):  # corner k is the a of edge k and the b of edge k - 1
-                    g[k] += torch.where(on[k], a_r, torch.where(on[(k - 1) % 3], b_r, zero))
         grad = torch.zeros(3, ctx.vertices, dtype=gx.dtype, device=gx.device)
         at = corner.reshape(-1)
         for k, g in enumerate((gx, gy, g_z)):  # 1D index_add_ per coordinate (faster than [N, 3] rows)
             grad[k].index_add_(0, at, g.reshape(-1))
+        if g_dist is not None:  # onto the nearest edge's two corners a -> b, straight into the vertices
+            coef = torch.where(inside, -2.0 * g_dist, 2.0 * g_dist)
+            b_share = coef * t
+            a_share = coef - b_share
+            a = corner.gather(0, edge[None])[0]
+            b = corner.gather(0, torch.where(edge == 2, 0, edge + 1)[None])[0]
+            for vertex, share in ((a, a_share), (b, b_share)):
+                grad[0].index_add_(0, vertex, share * rx)
+                grad[1].index_add_(0, vertex, share * ry)
         return grad.t(), None, None, None
 
 
