@@ -543,8 +543,8 @@ class FaceSelector:
 
     @torch.no_grad()
     def _build(self, b: int):
-        """The edge table of element ``b``'s faces (``[19, F]``, :func:`_edge_table`), its live faces (nonzero area, not culled, blur
-        box on screen), with their pixel ranges (int64 ``[n]`` each) and reach (``[10, n]``,
+        """The edge table of element ``b``'s faces (``[19, F]``, :func:`_edge_table`), its live
+        faces (nonzero area, not culled, blur box on screen), with their pixel ranges (int64 ``[n]`` each) and reach (``[10, n]``,
         :func:`_reach_table`), and every face's nearest corner depth (``[F]``: no fragment of the
         face is nearer). The live faces come in face order (a mesh's neighbours are near in
         memory), or nearest first by that depth where their boxes cover the frame more than
@@ -608,7 +608,7 @@ class FaceSelector:
         left = f_c0.clamp(min=col0)
         n_cols = f_c1.clamp(max=col1 - 1) - left + 1
         # groups of faces (nearest first) with at most max_spans spans each (a face has <= rows spans)
-        # and, with a limit, boxes of about two chunks' candidates, so that the limit is asked often
+        # and, with a limit, boxes of at most _GROUP_CAP chunks' candidates, so that it is asked often
         ends = torch.cumsum(n_rows, 0)
         areas = torch.cumsum(n_rows * n_cols, 0) if limit is not None else None
         lo, n = 0, face.numel()
@@ -617,7 +617,8 @@ class FaceSelector:
             hi = max(lo + 1, int(torch.searchsorted(ends, done + self.plan.max_spans, right=True)))
             if areas is not None:
                 seen = int(areas[lo - 1]) if lo else 0
-                hi = min(hi, max(lo + 1, int(torch.searchsorted(areas, seen + _GROUP_CAP * _CHUNK_CANDIDATES, right=True))))
+                cap = int(torch.searchsorted(areas, seen + _GROUP_CAP * _CHUNK_CANDIDATES, right=True))
+                hi = min(hi, max(lo + 1, cap))
             group = [t[lo:hi] for t in (face, top, n_rows, left, n_cols)] + [reach[:, lo:hi]]
             keep = None if limit is None else limit(*group[:5])
             if keep is not None:  # faces behind every pixel their box holds in the tile
@@ -644,13 +645,20 @@ class FaceSelector:
         terms = None
         if self.room > 0 and tile not in self.kept_terms:
             terms = _Terms(self.room, self.screen.dtype, deferred=self.defer)
+        evaluated, memo = 0, [-1, None]  # chunks evaluated so far; the hidden depths at that count
+
+        def hidden_now():  # the limit and the next chunk ask at the same state: computed once
+            if memo[0] != evaluated:
+                memo[:] = [evaluated, _hidden_depth(log_miss, best_depth, best_face)]
+            return memo[1]
+
         def limit(*group):  # faces behind every done pixel of their box are not expanded
-            hidden = _hidden_depth(log_miss, best_depth, best_face)
+            hidden = hidden_now()
             return None if hidden is None else _box_limit(hidden, zmin, rows, width, (row0, col0))(*group)
 
         pruned = terms is None or terms.deferred  # then the backward pass need not see the same chunks
         for i, (tri, face, row, c0, span_w, n) in enumerate(self.spans(tile, limit if pruned else None)):
-            hidden = None if i == 0 else _hidden_depth(log_miss, best_depth, best_face)
+            hidden = None if i == 0 else hidden_now()
             keep = None if hidden is None else _visible_spans(hidden, zmin, face, row, c0, span_w, (row0, col0), width)
             if keep is not None:  # whole spans behind done pixels
                 face, row, c0, span_w = (t.index_select(0, keep) for t in (face, row, c0, span_w))
@@ -662,6 +670,7 @@ class FaceSelector:
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
                    hidden=hidden, zmin=zmin)
+            evaluated += 1
         self._keep_miss(tile, log_miss)
         if terms is not None and (terms.chunks or terms.overflow):
             used = terms.finish(self._table(b)[0], log_miss, -_saturated(log_miss.dtype), (row0, col0), width, s.sigma,
@@ -1039,10 +1048,7 @@ class _Terms:
         given back); deferred, its reached candidates (int64 ``[n]`` each, none when not given),
         counted at their terms' size, the most they keep."""
         if not self.deferred:
-            if self._open is None:
-                self.chunks.append(None)
-            else:
-                self.chunks.append(self._open)
+            self.chunks.append(self._open)  # None when it overflowed
             self._open = []
             return
         if self.overflow or face is None or face.numel() == 0:
@@ -1181,10 +1187,10 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     device, dtype = tri.device, tri.dtype
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
     dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
+    eager = terms is not None and not terms.deferred
     for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
         part = slice(i, i + _BLOCK)
         f, r, c = face_n[part], row_n[part], col[part]
-        eager = terms is not None and not terms.deferred
         pix = (r - origin[0]) * width + (c - origin[1]) if eager or hidden is not None else None
         live = None
         if hidden is not None:
@@ -1318,6 +1324,15 @@ def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: t
     return torch.where(done, best_depth[:, K - 1], math.inf)
 
 
+def _floor_log2(n: torch.Tensor, levels: int) -> torch.Tensor:
+    """int64 ``floor(log2(n))`` of positive ``n``, capped at ``levels - 1``: the level of a sparse
+    table whose window is the widest that fits ``n``."""
+    out = torch.zeros_like(n)
+    for k in range(1, levels):
+        out += n >= (1 << k)
+    return out
+
+
 def _box_limit(hidden: torch.Tensor, zmin: torch.Tensor, rows: int, width: int, origin: tuple[int, int]):
     """A ``limit`` for :meth:`FaceSelector.spans`: the faces (``[n]`` ids, with boxes ``top, n_rows,
     left, n_cols`` in the tile whose top-left pixel is ``origin``) whose nearest depth ``zmin[face]``
@@ -1341,16 +1356,10 @@ def _box_limit(hidden: torch.Tensor, zmin: torch.Tensor, rows: int, width: int, 
             table[i, j, :, :wb - step] = torch.maximum(table[i, j - 1, :, :wb - step], table[i, j - 1, :, step:])
     flat = table.view(-1)
 
-    def floor_log2(n: torch.Tensor, levels: int) -> torch.Tensor:
-        out = torch.zeros_like(n)
-        for k in range(1, levels):
-            out += n >= (1 << k)
-        return out
-
     def limit(face, top, n_rows, left, n_cols):
         r0, c0 = (top - origin[0]) // bs, (left - origin[1]) // bs
         r1, c1 = (top - origin[0] + n_rows - 1) // bs, (left - origin[1] + n_cols - 1) // bs
-        i, j = floor_log2(r1 - r0 + 1, li), floor_log2(c1 - c0 + 1, lj)
+        i, j = _floor_log2(r1 - r0 + 1, li), _floor_log2(c1 - c0 + 1, lj)
         one = torch.ones_like(i)
         r2, c2 = r1 - one.bitwise_left_shift(i) + 1, c1 - one.bitwise_left_shift(j) + 1  # the far windows' starts
         base = (i * lj + j) * (hb * wb)
@@ -1378,9 +1387,7 @@ def _visible_spans(hidden: torch.Tensor, zmin: torch.Tensor, face, row, col0, sp
     table = hidden.new_full((len(levels), n), -math.inf)
     for j, level in enumerate(levels):
         table[j, :level.numel()] = level
-    level = torch.zeros_like(span_w)  # floor(log2(span_w)): the widest window inside the span
-    for j in range(1, len(levels)):
-        level += span_w >= (1 << j)
+    level = _floor_log2(span_w, len(levels))  # the widest window inside the span
     first = (row - origin[0]) * width + (col0 - origin[1]) + level * n
     last = first + span_w - torch.ones_like(level).bitwise_left_shift(level)  # the last window's start
     flat = table.view(-1)

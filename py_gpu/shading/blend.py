@@ -43,7 +43,6 @@ __all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weigh
            "check_depth_range", "blend_planes"]
 
 
-
 def _scaled(frags: Fragments, sigma: float) -> torch.Tensor:
     """float ``[B, H, W, K]``: ``dist / sigma``, 0 on empty slots."""
     if frags.dist is None:

@@ -23,7 +23,7 @@ from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, exp_
                                  gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend_planes, depth_range, nearest_covering, silhouette
-from .interpolate import gather_face, interpolate_vertex, weigh_corners
+from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
            "shade_hard", "shade_soft", "shade_fragments", "render_soft", "render_soft_frame"]
@@ -296,8 +296,7 @@ def _color_planes(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor 
         return [torch.where(valid, table[:, c].index_select(0, safe).view(rows, cols, K), zero)[None]
                 for c in range(table.shape[1])]
     if corner is None:
-        safe = face_index.reshape(-1).clamp(min=0)
-        corner = [faces[:, j].index_select(0, safe) for j in range(3)]
+        corner = corner_ids(faces, face_index)
     return [plane[None] for plane in weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary, valid)]
 
 
@@ -315,8 +314,7 @@ def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.T
     if face_colors is not None or vertex_colors is None or faces.shape[0] == 0:  # no barycentrics needed
         ones = torch.ones((), dtype=dtype, device=device).expand(rows, cols, K)
         return _color_planes(vertex_colors, face_colors, faces, face_index, [ones] * 3)
-    safe = face_index.reshape(-1).clamp(min=0)
-    corner = [faces[:, j].index_select(0, safe) for j in range(3)]  # [N] vertex ids per corner
+    corner = corner_ids(faces, face_index)  # [N] vertex ids per corner
     xy = screen[:, :2].t().contiguous()  # [2, V]
     coords = []
     for j in range(3):
