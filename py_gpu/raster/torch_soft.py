@@ -155,6 +155,14 @@ def _clamped(l0: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor) -> tuple[torc
     return c0 / total, c1 / total, c2 / total
 
 
+def _perspective(lam, w) -> list[torch.Tensor]:
+    """Perspective-correct barycentrics from the three affine ones ``lam`` and the corners' clip
+    ``w`` (three tensors of one shape each): ``(lam_j / w_j) / sum_k (lam_k / w_k)``."""
+    q = [lam[j] / w[j] for j in range(3)]
+    total = q[0] + q[1] + q[2]
+    return [q[j] / total for j in range(3)]
+
+
 def _corner_rows(screen: torch.Tensor, corner: torch.Tensor) -> torch.Tensor:
     """float ``[3 coordinates, 3 corners, N]``, contiguous: the vertices ``screen`` (``[V, 3]``) at
     ``corner`` (int64 ``[3, N]``: the vertex of each corner of N triangles)."""
@@ -1481,11 +1489,7 @@ def gather_tile_planes(screen: torch.Tensor, w: torch.Tensor | None, faces: torc
         else:  # the selection's distance and depth; only the barycentrics are evaluated
             dist_n, depth_n = (v.reshape(-1).index_select(0, si) for v in known)
             lam = _clamped(*_affine(coords, px, py)[1:])
-    bary = lam
-    if w is not None:
-        q = [lam[j] / w.index_select(0, corner[j]) for j in range(3)]
-        total = q[0] + q[1] + q[2]
-        bary = [q[j] / total for j in range(3)]
+    bary = lam if w is None else _perspective(lam, [w.index_select(0, corner[j]) for j in range(3)])
     n_slots = flat.numel()
 
     def scatter(values: torch.Tensor, fill: float) -> torch.Tensor:

@@ -19,8 +19,8 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, exp_normal, gather_bytes_per_slot,
-                                 gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
+from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, exp_normal,
+                                 gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend_planes, depth_range, nearest_covering, silhouette
 from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
@@ -328,9 +328,7 @@ def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.T
         py = (centers[0].to(dtype) + 0.5).view(rows, 1, 1)
     bary = list(_clamped(*_affine(coords, px, py)[1:]))
     if w is not None:  # perspective-correct, as gather_tile
-        q = [bary[j] / w.index_select(0, corner[j]).view(rows, cols, K) for j in range(3)]
-        total = q[0] + q[1] + q[2]
-        bary = [q[j] / total for j in range(3)]
+        bary = _perspective(bary, [w.index_select(0, corner[j]).view(rows, cols, K) for j in range(3)])
     return _color_planes(vertex_colors, face_colors, faces, face_index, bary, corner)
 
 
