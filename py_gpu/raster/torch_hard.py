@@ -353,20 +353,26 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     buf = _Buffers(B, H, W, F, scene.dtype, dev, with_bary)
     if B * F == 0:
         return buf
-    if B * F <= max_block and _one_pass(scene, buf, settings, max_spans, max_runs):
-        return buf
+    whole = None  # the setup of all faces at once, when one block holds them
+    if B * F <= max_block:
+        whole = _setup(scene, torch.arange(B * F, device=dev), settings)
+        if _one_pass(scene, buf, settings, max_spans, max_runs, whole):
+            return buf
 
     # -- setup in blocks: live faces and their bounding boxes -----------------------------------
     live_g, live_box = [], []
     for start in range(0, B * F, max_block):
-        g = torch.arange(start, min(B * F, start + max_block), device=dev)
-        X, Y = scene.snapped(scene.corners(g))
-        live, r0, r1, c0, c1 = _bounds(X, Y, W, H, settings.cull_backfaces)
+        if whole is not None:  # the one-pass attempt made it
+            g, _, _, _, live, r0, r1, c0, c1 = whole
+            whole = None
+        else:
+            g, _, _, _, live, r0, r1, c0, c1 = _setup(
+                scene, torch.arange(start, min(B * F, start + max_block), device=dev), settings)
         keep = live.nonzero().squeeze(1)
         if keep.numel():
             live_g.append(g.index_select(0, keep))
             live_box.append(torch.stack([t.index_select(0, keep) for t in (r0, r1, c0, c1)]))
-        del X, Y, live, r0, r1, c0, c1
+        del live, r0, r1, c0, c1
     if not live_g:
         return buf
     g_all = torch.cat(live_g)
@@ -437,20 +443,26 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     return buf
 
 
-def _one_pass(scene: _Scene, buf: _Buffers, settings: RasterSettings, max_spans: int, max_runs: int) -> bool:
-    """Draw every face in one pass with a single host synchronization (the read of the work
-    sizes); False, drawing nothing, when the frame needs the chunked path (high overdraw, where
-    front-to-back chunks reject hidden faces, or more spans than the budget holds).
+def _setup(scene: _Scene, g: torch.Tensor, settings: RasterSettings):
+    """Snapped corners and pixel boxes of global faces ``g``: ``(g, idx, X, Y, live, r0, r1, c0,
+    c1)`` with corner ids ``idx`` and snapped ``X``, ``Y`` (``[3, n]`` each), see :func:`_bounds`."""
+    idx = scene.corners(g)  # [3, n]
+    X, Y = scene.snapped(idx)
+    return (g, idx, X, Y, *_bounds(X, Y, scene.width, scene.height, settings.cull_backfaces))
+
+
+def _one_pass(scene: _Scene, buf: _Buffers, settings: RasterSettings, max_spans: int, max_runs: int,
+              setup) -> bool:
+    """Draw every face (their :func:`_setup`) in one pass with a single host synchronization (the
+    read of the work sizes); False, drawing nothing, when the frame needs the chunked path (high
+    overdraw, where front-to-back chunks reject hidden faces, or more spans than the budget holds).
 
     Shapes never depend on values after that read: dead faces get no rows, a span's 8-pixel
     runs cover its face's whole bounding box (lanes outside the exact span are masked), and
     the resolve writes masked-out values into the buffers' sink slot instead of compacting."""
-    B, F, H, W = scene.B, scene.F, scene.height, scene.width
+    B, H, W = scene.B, scene.height, scene.width
     dev = scene.device
-    g = torch.arange(B * F, device=dev)
-    idx = scene.corners(g)  # [3, n]
-    X, Y = scene.snapped(idx)
-    live, r0, r1, c0, c1 = _bounds(X, Y, W, H, settings.cull_backfaces)
+    g, idx, X, Y, live, r0, r1, c0, c1 = setup
     nrows = torch.where(live, r1 - r0 + 1, 0)  # [n]
     truns = torch.where(live, (c1 >> _TILE_BITS) - (c0 >> _TILE_BITS) + 1, 0)  # runs per row
     est = nrows * (c1 - c0 + 1) // 2
