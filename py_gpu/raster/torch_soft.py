@@ -538,6 +538,11 @@ class FaceSelector:
         self._slots: dict = {}  # tile -> (distance, depth) of its selection: the last one, or all held
         self.hold_slots = False  # keep every tile's slot values (see slot_values) until release
 
+    def hold_all(self) -> None:
+        """Keep every tile's slot values from now until :meth:`release` (the :class:`TileLoop`
+        hook for selecting every tile's faces before shading any)."""
+        self.hold_slots = True
+
     def release(self) -> None:
         """Drop the cached face table and the last selection's slot values."""
         self._element = None
@@ -1610,8 +1615,7 @@ class TileLoop:
             if self.plan.direct:
                 return self.forward_direct(inputs)
             if self.plan.keep_index and self.index_out is None:
-                if hasattr(self.index_fn, "hold_slots"):  # a FaceSelector keeps every tile's slot values
-                    self.index_fn.hold_slots = True
+                _hook(self.index_fn, "hold_all")  # a FaceSelector keeps every tile's slot values
                 self.kept, self.preselected = [_compact(self.index_fn(tile)) for tile in self.plan.tiles], True
                 if self._fits_direct(self.kept):
                     return self.forward_direct(inputs, self.kept)
@@ -1655,7 +1659,7 @@ class TileLoop:
                 continue
             for out, value in zip(outputs, values):
                 out[b, r0:r1, c0:c1] = value[0]
-        _release(self.index_fn)
+        _hook(self.index_fn, "release")
         return tuple(outputs) + ((self.index_out,) if self.index_out is not None else ())
 
     def results(self) -> tuple[torch.Tensor, ...]:
@@ -1690,7 +1694,7 @@ class TileLoop:
             values = self.tile_fn(tile, fi, *self.tile_inputs(inputs, tile))
             for out, value in zip(self.outputs, values):
                 out[b, r0:r1, c0:c1] = value[0]
-        _release(self.index_fn)
+        _hook(self.index_fn, "release")
 
     def backward(self, inputs, grads, needs) -> list[torch.Tensor | None]:
         """Input gradients from output gradients ``grads`` (None where an output got none)."""
@@ -1725,7 +1729,7 @@ class TileLoop:
                     acc[i][b, r0:r1, c0:c1] += g
                 else:
                     acc[i][b if inputs[i].shape[0] > 1 else 0] += g
-        _release(self.index_fn)
+        _hook(self.index_fn, "release")
         return acc
 
 
@@ -1736,10 +1740,12 @@ def _compact(face_index: torch.Tensor) -> torch.Tensor:
     return face_index.clone()
 
 
-def _release(index_fn) -> None:
-    release = getattr(index_fn, "release", None)
-    if release is not None:
-        release()
+def _hook(index_fn, name: str) -> None:
+    """Call ``index_fn``'s optional hook ``name`` (:class:`TileLoop` index functions may be plain
+    functions; a :class:`FaceSelector` has ``hold_all`` and ``release``)."""
+    hook = getattr(index_fn, name, None)
+    if hook is not None:
+        hook()
 
 
 class _TileFunction(torch.autograd.Function):
