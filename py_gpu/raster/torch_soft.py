@@ -721,20 +721,24 @@ class FaceSelector:
         reach = -(s.blur_radius ** 2)
         zmin = self._table(b)[-1]
         terms = _Terms(room, dtype, deferred=self.defer) if room > 0 else None
-        floor, look, k = -_saturated(dtype), False, 0
+        floor, look, k = -_saturated(dtype), False, 0  # k: blocks evaluated so far
+        memo = [-1, None]  # the done pixels' depths at that count
+
+        def done_now():  # the limit and the next chunk ask at the same state: computed once
+            if memo[0] != k:
+                memo[:] = [k, torch.where(log_miss < floor, -math.inf, math.inf)]
+            return memo[1]
 
         def limit(*group):  # faces whose box holds only pixels whose alpha is exactly 1 are not expanded
             if not look:
                 return None
-            done = torch.where(log_miss < floor, -math.inf, math.inf)
-            return _box_limit(done, zmin, row1 - row0, width, (row0, col0))(*group)
+            return _box_limit(done_now(), zmin, row1 - row0, width, (row0, col0))(*group)
 
         pruned = terms is None or terms.deferred  # then the backward pass need not see the same chunks
         for chunk in self.spans(tile, limit if pruned else None):
             keep = None
             if look:  # whole spans whose pixels all have alpha exactly 1 already
-                done = torch.where(log_miss < floor, -math.inf, math.inf)
-                keep = _visible_spans(done, zmin, *chunk[1:5], (row0, col0), width)
+                keep = _visible_spans(done_now(), zmin, *chunk[1:5], (row0, col0), width)
             hits = []
             for tri, f, r, c, pix in _candidate_blocks([chunk], (row0, col0), width, [keep]):
                 look = look or (k % _SATURATION_CHECK == _SATURATION_CHECK - 1
