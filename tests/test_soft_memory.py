@@ -13,6 +13,7 @@ from py_gpu import BlendSettings, MemoryBudgetError, RasterSettings, TriangleBat
 from py_gpu.fixtures import mesh_fixture
 from py_gpu.raster import torch_soft
 from py_gpu.raster.torch_soft import rasterize_soft
+from py_gpu.shading import composite
 from py_gpu.shading.composite import composite_soft, render_soft, shade_soft, slot_colors
 
 BIG = 2**34  # one tile per batch element
@@ -153,6 +154,41 @@ def test_render_tiles_match_one_tile(clip, colors, tiles_seen, monkeypatch):
         for a, b in zip(g_one, grads):
             assert a.abs().max() > 1e-3
             assert torch.allclose(a, b, rtol=GRAD_TOL, atol=GRAD_TOL)
+
+
+@pytest.mark.parametrize("clip,colors", [(False, "vertex"), (False, "face"), (True, "vertex")])
+@pytest.mark.parametrize("loss", ["image", "image+alpha"])
+def test_image_backward_skips_weightless_slots_with_the_same_gradients(clip, colors, loss, tiles_seen, monkeypatch):
+    """A backward pass for the image (and alpha) alone evaluates again only the slots whose blend
+    weight is not exactly 0 (at the default gamma most faces behind the nearest one): the
+    gradients equal those of one tile with autograd through every slot."""
+    size = (14, 18)
+    base = scene(4, faces=14, clip=clip, colors=colors, size=size)
+    dropped = []
+    original = composite._weighted_slots
+
+    def spy(face_index, known, *args):
+        out = original(face_index, known, *args)
+        dropped.append(int((face_index >= 0).sum() - (out[0] >= 0).sum()))
+        return out
+
+    monkeypatch.setattr(composite, "_weighted_slots", spy)
+    results = []
+    for budget in (BIG, 400_000):
+        tiles_seen.clear()
+        batch, params = leaves(base)
+        frame = py_gpu.render(batch, size, mode="soft", sigma=2.0, faces_per_pixel=5, memory_budget=budget,
+                              background=(0.2, 0.3, 0.4))
+        outs = [frame.image] + ([frame.alpha] if loss == "image+alpha" else [])
+        results.append(torch.autograd.grad(outs, params, upstream(outs)))
+        if budget == BIG:
+            assert not dropped  # autograd through every slot, in one tile
+    plan = tiles_seen[0][0]
+    assert plan.keep_index and not plan.direct and len(plan.tiles) > 8
+    assert sum(dropped) > 0  # some slots had no weight and were skipped
+    for a, b in zip(*results):
+        assert a.abs().max() > 1e-3
+        assert torch.allclose(a, b, rtol=GRAD_TOL, atol=GRAD_TOL)
 
 
 @pytest.mark.parametrize("spread", [False, True], ids=["corner", "whole-frame"])

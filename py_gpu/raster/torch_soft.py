@@ -548,6 +548,14 @@ class FaceSelector:
         self._element = None
         self._slots, self.hold_slots = {}, False
 
+    def forward_done(self) -> None:
+        """The :class:`TileLoop` hook at the end of a forward pass that its backward pass will
+        follow: the face table goes, held slot values stay for the backward pass's shading (the
+        plan counts them with the kept face indices) until :meth:`release`."""
+        self._element = None
+        if not self.hold_slots:
+            self._slots = {}
+
     def _table(self, b: int):
         if self._element is None or self._element[0] != b:
             self._element = None
@@ -1698,7 +1706,7 @@ class TileLoop:
             values = self.tile_fn(tile, fi, *self.tile_inputs(inputs, tile))
             for out, value in zip(self.outputs, values):
                 out[b, r0:r1, c0:c1] = value[0]
-        _hook(self.index_fn, "release")
+        _hook(self.index_fn, "forward_done" if keep else "release")
 
     def backward(self, inputs, grads, needs) -> list[torch.Tensor | None]:
         """Input gradients from output gradients ``grads`` (None where an output got none)."""
@@ -1746,7 +1754,7 @@ def _compact(face_index: torch.Tensor) -> torch.Tensor:
 
 def _hook(index_fn, name: str) -> None:
     """Call ``index_fn``'s optional hook ``name`` (:class:`TileLoop` index functions may be plain
-    functions; a :class:`FaceSelector` has ``hold_all`` and ``release``)."""
+    functions; a :class:`FaceSelector` has ``hold_all``, ``forward_done`` and ``release``)."""
     hook = getattr(index_fn, name, None)
     if hook is not None:
         hook()

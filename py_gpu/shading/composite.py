@@ -22,7 +22,7 @@ from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
-from .blend import blend_planes, depth_range, nearest_covering, silhouette
+from .blend import blend_planes, depth_range, face_weights, nearest_covering, silhouette
 from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
@@ -182,7 +182,13 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         compact = hit.numel() <= _COMPACT_SHARE * rows * cols
         known = select.slot_values(t)  # the selection's distance and depth, used without autograd
 
+        # a backward pass for the image (and alpha) alone: slots whose blend weight is exactly 0
+        # carry no gradient into it, so only the weighted ones are evaluated again
+        weighted_only = wanted is not None and not wanted[2] and blend_settings.composite == "over"
+
         def shade(fi, part_alpha, origin, centers, known):
+            if weighted_only and known is not None:
+                fi, known = _weighted_slots(fi, known, settings, blend_settings, zr)
             fi = _occupied(fi)
             known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
             if known is None or torch.is_grad_enabled():
@@ -246,6 +252,28 @@ def _expand(values: torch.Tensor, at: torch.Tensor, rows: int, cols: int, fill) 
     else:
         base = torch.full((rows * cols, *tail), fill, dtype=values.dtype, device=values.device)
     return base.index_copy(0, at, values).view(1, rows, cols, *tail)
+
+
+def _weighted_slots(face_index: torch.Tensor, known, settings: RasterSettings, blend_settings: BlendSettings,
+                    zrange: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``face_index`` ``[rows, cols, K]`` with the slots whose ``"over"`` blend weight is exactly 0
+    emptied and the others moved to the front of their pixel (in order), and ``known`` (the
+    slots' distance and depth) moved with them.
+
+    Such a slot's weight ``exp_normal(logit - top)`` is 0 below the floor, with a zero derivative,
+    and every other weight's derivative with respect to its logit carries that 0 as a factor: the
+    image and its gradients are the same without it. The selection keeps faces far behind the
+    nearest one (4-8 in 10 of a 1k-triangle frame's slots at the default ``gamma``)."""
+    dist, depth = known
+    part = Fragments(face_index[None], None, depth[None], dist[None])
+    live = face_weights(part, settings, blend_settings, zrange[None])[0] > 0  # [rows, cols, K]
+    K = face_index.shape[-1]
+    at = torch.where(live, torch.cumsum(live, dim=-1) - 1, K)  # the live slots' new places; K: dropped
+    moved = []
+    for values, fill in ((face_index, -1), (dist, 0.0), (depth, math.inf)):
+        out = torch.full((*values.shape[:-1], K + 1), fill, dtype=values.dtype, device=values.device)
+        moved.append(out.scatter_(-1, at, values)[..., :K])
+    return moved[0], moved[1:]
 
 
 def _occupied(face_index: torch.Tensor) -> torch.Tensor:
