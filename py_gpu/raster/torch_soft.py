@@ -69,7 +69,7 @@ from ..settings import RasterSettings
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
            "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
-           "RETURNED_PER_BUDGET", "exp_normal"]
+           "RETURNED_PER_BUDGET", "exp_normal", "exp_floor"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -242,8 +242,13 @@ def exp_normal(x: torch.Tensor) -> torch.Tensor:
     such arguments constantly (the weights ``exp(logit - top)`` of faces far behind, and the
     silhouette sums of deeply covered pixels), while what they would add lies below the rounding
     of every sum they enter: ``1 - exp(x)`` is exactly 1 there either way."""
-    floor = math.log(torch.finfo(x.dtype).tiny) + 1.0
+    floor = exp_floor(x.dtype)
     return torch.where(x < floor, 0.0, torch.exp(x.clamp(min=floor)))
+
+
+def exp_floor(dtype: torch.dtype) -> float:
+    """The argument below which :func:`exp_normal` gives 0 in ``dtype``: ``log(tiny) + 1``."""
+    return math.log(torch.finfo(dtype).tiny) + 1.0
 
 
 def faces_kept(screen: torch.Tensor, faces: torch.Tensor, cull_backfaces: bool) -> torch.Tensor:

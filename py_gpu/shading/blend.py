@@ -36,11 +36,11 @@ import torch.nn.functional as nnf
 
 from .._check import PyGpuTypeError, PyGpuWarning
 from ..contracts import Fragments
-from ..raster.torch_soft import exp_normal
+from ..raster.torch_soft import exp_floor, exp_normal
 from ..settings import BlendSettings, RasterSettings
 
-__all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weights", "blend", "nearest_covering",
-           "check_depth_range", "blend_planes"]
+__all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weights", "weighted", "blend",
+           "nearest_covering", "check_depth_range", "blend_planes"]
 
 
 def _scaled(frags: Fragments, sigma: float) -> torch.Tensor:
@@ -156,17 +156,33 @@ def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: Bl
     return e / total, (e_bg / total)[..., 0]
 
 
-def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
-                 zrange: torch.Tensor | None = None) -> torch.Tensor:
-    """float ``[B, H, W, K]``: the ``"over"`` form's weights, a softmax over the kept faces only
-    (summing to 1 where any face is kept, 0 elsewhere)."""
+def _face_logits(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
+                 zrange: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``"over"`` form's softmax arguments ``logit - top`` (float ``[B, H, W, K]``, -inf where
+    empty) and ``top`` (``[B, H, W, 1]``, detached: each pixel's largest logit, 0 without any)."""
     mask = frags.mask
     z = _normalized(frags, blend_settings, zrange)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + z / blend_settings.gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
     top = logit.amax(dim=-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
-    e = exp_normal(logit - top)
+    return logit - top, top
+
+
+def weighted(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
+             zrange: torch.Tensor | None = None) -> torch.Tensor:
+    """bool ``[B, H, W, K]``: the slots whose :func:`face_weights` weight is not exactly 0 (those
+    below ``exp_normal``'s floor get 0, with a zero derivative), without the softmax itself."""
+    shifted, _ = _face_logits(frags, settings, blend_settings, zrange)
+    return shifted >= exp_floor(shifted.dtype)
+
+
+def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
+                 zrange: torch.Tensor | None = None) -> torch.Tensor:
+    """float ``[B, H, W, K]``: the ``"over"`` form's weights, a softmax over the kept faces only
+    (summing to 1 where any face is kept, 0 elsewhere)."""
+    shifted, _ = _face_logits(frags, settings, blend_settings, zrange)
+    e = exp_normal(shifted)
     total = e.sum(dim=-1, keepdim=True)
     return e / torch.where(total > 0, total, torch.ones_like(total))
 

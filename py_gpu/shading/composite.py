@@ -22,7 +22,7 @@ from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
-from .blend import blend_planes, depth_range, face_weights, nearest_covering, silhouette
+from .blend import blend_planes, depth_range, nearest_covering, silhouette, weighted
 from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
@@ -266,7 +266,7 @@ def _weighted_slots(face_index: torch.Tensor, known, settings: RasterSettings, b
     nearest one (4-8 in 10 of a 1k-triangle frame's slots at the default ``gamma``)."""
     dist, depth = known
     part = Fragments(face_index[None], None, depth[None], dist[None])
-    live = face_weights(part, settings, blend_settings, zrange[None])[0] > 0  # [rows, cols, K]
+    live = weighted(part, settings, blend_settings, zrange[None])[0]  # [rows, cols, K]
     K = face_index.shape[-1]
     at = torch.where(live, torch.cumsum(live, dim=-1) - 1, K)  # the live slots' new places; K: dropped
     moved = []
