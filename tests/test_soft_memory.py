@@ -420,12 +420,11 @@ def test_gradients_are_identical_run_to_run_with_threads(dtype, entry, clip):
 @pytest.mark.parametrize("clip", [False, True], ids=["screen", "clip"])
 def test_render_without_gradients_reuses_the_selections_values(budget, clip, monkeypatch):
     """Without autograd the tiles take the selected slots' distance and depth from the selection
-    and evaluate only their colors (no slot's geometry, nothing gathered to the filled slots);
-    the frame is, bit for bit, the one shade_soft gives on rasterize_soft's fragments (which
-    evaluate every slot's geometry), with compacted tiles too."""
-    from py_gpu.shading import composite
-
-    calls = []
+    and evaluate only their colors (no slot's geometry, nothing gathered to the filled slots),
+    and those only at the slots with a blend weight; the frame is, bit for bit, the one
+    shade_soft gives on rasterize_soft's fragments (which evaluate every slot's geometry and
+    color), with compacted tiles too."""
+    calls, skipped = [], []
     original_gather, original_colors = composite.gather_tile_planes, composite._slot_colors_at
 
     def gather(*args, **kwargs):
@@ -434,6 +433,8 @@ def test_render_without_gradients_reuses_the_selections_values(budget, clip, mon
 
     def colors(*args, **kwargs):
         calls.append("colors")
+        face_index, live = args[5], args[8]
+        skipped.append(int((face_index >= 0).sum() - live.sum()))
         return original_colors(*args, **kwargs)
 
     monkeypatch.setattr(composite, "gather_tile_planes", gather)
@@ -446,6 +447,7 @@ def test_render_without_gradients_reuses_the_selections_values(budget, clip, mon
         reused = list(calls)
         reference = shade_soft(base, rasterize_soft(base, (20, 24), s), bg, s, BlendSettings())
     assert reused and set(reused) == {"colors"}
+    assert sum(skipped[:len(reused)]) > 0  # filled slots without weight got no color
     for name in ("image", "alpha", "depth", "face_index"):
         assert torch.equal(getattr(plain, name), getattr(reference, name)), name
     assert float(plain.alpha.mean()) > 0.05

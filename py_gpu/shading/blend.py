@@ -195,15 +195,18 @@ def blend(colors: torch.Tensor, frags: Fragments, background: torch.Tensor, sett
 
 
 def blend_planes(planes, frags: Fragments, background: torch.Tensor, settings: RasterSettings,
-                 blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> torch.Tensor:
+                 blend_settings: BlendSettings, zrange: torch.Tensor | None = None,
+                 weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`blend` of colors given as one ``[B, H, W, K]`` plane per channel (what the soft tile
     paths make): each channel's weighted sum runs over the contiguous K slots of its plane rather
-    than over a strided dim of ``[..., K, C]`` (the sums of every path, so the same bits)."""
+    than over a strided dim of ``[..., K, C]`` (the sums of every path, so the same bits).
+    ``weights``: the ``"over"`` form's :func:`face_weights`, when the caller has them."""
     if blend_settings.composite == "softras":
         weights, w_bg = blend_weights(frags, settings, blend_settings, zrange)
         return torch.stack([(weights * plane).sum(dim=-1) + w_bg * background[c] for c, plane in enumerate(planes)],
                            dim=-1)
-    weights = face_weights(frags, settings, blend_settings, zrange)
+    if weights is None:
+        weights = face_weights(frags, settings, blend_settings, zrange)
     alpha = silhouette(frags, settings)[..., 0]
     return torch.stack([alpha * (weights * plane).sum(dim=-1) + (1.0 - alpha) * background[c]
                         for c, plane in enumerate(planes)], dim=-1)

@@ -22,7 +22,7 @@ from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
-from .blend import blend_planes, depth_range, nearest_covering, silhouette, weighted
+from .blend import blend_planes, depth_range, face_weights, nearest_covering, silhouette, weighted
 from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
@@ -75,17 +75,19 @@ def composite_hard(colors: torch.Tensor, frags: Fragments, background) -> Frame:
 
 
 def composite_soft(colors: torch.Tensor, frags: Fragments, background, settings: RasterSettings,
-                   blend_settings: BlendSettings, zrange: torch.Tensor | None = None) -> tuple[Frame, torch.Tensor]:
+                   blend_settings: BlendSettings, zrange: torch.Tensor | None = None,
+                   weights: torch.Tensor | None = None) -> tuple[Frame, torch.Tensor]:
     """Soft blend of ``colors`` ``[B, H, W, K, C]`` (or a list of C ``[B, H, W, K]`` planes) over the
     background, in ``blend_settings.composite``'s form (``zrange``: float ``[B, 2]`` depth range,
-    see :func:`py_gpu.shading.blend.depth_range`; None derives it from the fragments).
+    see :func:`py_gpu.shading.blend.depth_range`; None derives it from the fragments; ``weights``:
+    the ``"over"`` form's :func:`~py_gpu.shading.blend.face_weights`, when already computed).
 
     Returns the ``Frame`` (soft silhouette alpha; depth and face of the nearest fragment whose
     face contains the pixel center) and that fragment's slot, int64 ``[B, H, W]``.
     """
     planes = list(colors) if isinstance(colors, (list, tuple)) else colors.unbind(-1)
     bg = background_tensor(background, len(planes), planes[0].dtype, planes[0].device)
-    image = blend_planes(planes, frags, bg, settings, blend_settings, zrange)
+    image = blend_planes(planes, frags, bg, settings, blend_settings, zrange, weights)
     face, depth, slot = nearest_covering(frags)
     return Frame(image=image, alpha=silhouette(frags, settings), depth=depth, face_index=face), slot
 
@@ -197,7 +199,14 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                 colors = _color_planes(vertex_colors, face_colors, faces, fi, [b[0] for b in bary])
             else:  # the selection's distance and depth; the colors straight from the slots
                 part = Fragments(fi[None], None, known[1][None], known[0][None], None, part_alpha)
-                colors = _slot_colors_at(scr, wb, faces, vertex_colors, face_colors, fi, origin, centers)
+                weights = live = None
+                if blend_settings.composite == "over":  # colors only where a face has weight
+                    weights = face_weights(part, settings, blend_settings, zr[None])
+                    live = weights[0] > 0
+                colors = _slot_colors_at(scr, wb, faces, vertex_colors, face_colors, fi, origin, centers, live)
+                image, _, depth, face = _blend_tile(colors, part, background, settings, blend_settings, zr[None],
+                                                    weights)
+                return image, depth, face
             image, _, depth, face = _blend_tile(colors, part, background, settings, blend_settings, zr[None])
             return image, depth, face
 
@@ -330,18 +339,23 @@ def _color_planes(vertex_colors: torch.Tensor | None, face_colors: torch.Tensor 
 
 def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor,
                     vertex_colors: torch.Tensor | None, face_colors: torch.Tensor | None, face_index: torch.Tensor,
-                    origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None) -> list[torch.Tensor]:
+                    origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None,
+                    live: torch.Tensor | None = None) -> list[torch.Tensor]:
     """:func:`_color_planes` of a tile's block without autograd, from one element's screen vertices
     ``screen`` ``[V, 3]`` (and clip ``w`` ``[V]``), for the faces ``face_index`` ``[rows, cols, K]``
     at the pixels of :func:`gather_tile`'s ``origin`` / ``centers``: the values of
     :func:`gather_tile`'s barycentrics and the colors, bit for bit, computed over every slot (empty
     ones give 0) rather than gathered to the filled slots and scattered back, and with the
-    barycentrics' corner ids shared by the colors."""
+    barycentrics' corner ids shared by the colors. With ``live`` (bool, ``face_index``'s shape),
+    vertex colors are interpolated at those slots only (gathered there and scattered back) and
+    are 0 at the others: for a blend whose weights are 0 there, the same image."""
     rows, cols, K = face_index.shape
     dtype, device = screen.dtype, screen.device
     if face_colors is not None or vertex_colors is None or faces.shape[0] == 0:  # no barycentrics needed
         ones = torch.ones((), dtype=dtype, device=device).expand(rows, cols, K)
         return _color_planes(vertex_colors, face_colors, faces, face_index, [ones] * 3)
+    if live is not None:
+        return _live_colors(screen, w, faces, vertex_colors, face_index, origin, centers, live)
     corner = corner_ids(faces, face_index)  # [N] vertex ids per corner
     xy = screen[:, :2].t().contiguous()  # [2, V]
     coords = []
@@ -360,6 +374,33 @@ def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.T
     return _color_planes(vertex_colors, face_colors, faces, face_index, bary, corner)
 
 
+def _live_colors(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, vertex_colors: torch.Tensor,
+                 face_index: torch.Tensor, origin: tuple[int, int], centers, live: torch.Tensor) -> list[torch.Tensor]:
+    """:func:`_slot_colors_at`'s vertex colors at the ``live`` slots only (0 elsewhere): the same
+    expressions per slot, so the same bits there."""
+    rows, cols, K = face_index.shape
+    dtype, device = screen.dtype, screen.device
+    at = torch.nonzero(live.reshape(-1)).squeeze(1)  # [N] slots
+    pixel = at // K
+    if centers is None:
+        px = (pixel % cols + origin[1]).to(dtype) + 0.5
+        py = (pixel // cols + origin[0]).to(dtype) + 0.5
+    else:
+        px = centers[1].index_select(0, pixel).to(dtype) + 0.5
+        py = centers[0].index_select(0, pixel).to(dtype) + 0.5
+    corner = corner_ids(faces, face_index.reshape(-1).index_select(0, at))
+    xy = screen[:, :2].t().contiguous()  # [2, V]
+    coords = []
+    for j in range(3):
+        coords += [xy[0].index_select(0, corner[j]), xy[1].index_select(0, corner[j]), None]
+    bary = list(_clamped(*_affine(coords, px, py)[1:]))
+    if w is not None:
+        bary = _perspective(bary, [w.index_select(0, corner[j]) for j in range(3)])
+    planes = weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary)
+    return [torch.zeros(rows * cols * K, dtype=dtype, device=device).index_put_((at,), plane).view(1, rows, cols, K)
+            for plane in planes]
+
+
 def _batch_range(batch: TriangleBatch, frags: Fragments, blend_settings: BlendSettings) -> torch.Tensor:
     """float ``[B, 2]`` soft-blend depth range of ``batch`` (see :func:`py_gpu.shading.blend.depth_range`)."""
     if batch.is_clip_space or not blend_settings.auto_range:
@@ -368,10 +409,11 @@ def _batch_range(batch: TriangleBatch, frags: Fragments, blend_settings: BlendSe
 
 
 def _blend_tile(colors, part: Fragments, background, settings: RasterSettings,
-                blend_settings: BlendSettings, zrange: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                blend_settings: BlendSettings, zrange: torch.Tensor, weights: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, ...]:
     """A tile's ``(image, alpha, depth, face_index)``, each ``[1, rows, W, ...]``, from its color
     planes (see :func:`composite_soft`)."""
-    frame, _ = composite_soft(colors, part, background, settings, blend_settings, zrange)
+    frame, _ = composite_soft(colors, part, background, settings, blend_settings, zrange, weights)
     return frame.image, frame.alpha, frame.depth, frame.face_index
 
 
