@@ -199,6 +199,25 @@ def test_equal_depth_ties_go_to_the_lower_face_index(device):
     assert bool((f[..., 1:][tie] > f[..., :-1][tie]).all())
 
 
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 400), pixels=st.sampled_from([1, 7, 300, 2**16, 2**20]),
+       spread=st.sampled_from([0.0, 1e-7, 1e-3, 10.0]), dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_fragment_order_is_pixel_depth_face(seed, n, pixels, spread, dtype):
+    """The selection's order of a chunk's fragments is lexicographic in (pixel, depth, face),
+    also where depths collide when quantized into an int32 sort key (nearly equal depths), are
+    exactly equal, or -0.0 meets +0.0, and when the tile has too many pixels for that key."""
+    from py_gpu.raster.torch_soft import _rank_order
+
+    g = torch.Generator().manual_seed(seed)
+    pix = torch.randint(0, min(pixels, 6), (n,), generator=g) * max(1, pixels // 6)
+    base = torch.tensor([0.25, 0.5, -0.0, 0.0, 3.0], dtype=dtype)
+    z = base[torch.randint(0, 5, (n,), generator=g)] + spread * torch.randint(0, 3, (n,), generator=g).to(dtype)
+    fid = torch.randperm(4 * n, generator=g)[:n]  # one fragment per (pixel, face)
+    order = _rank_order(pix, z, fid, pixels).tolist()
+    key = lambda i: (int(pix[i]), float(z[i]) + 0.0, int(fid[i]))  # noqa: E731 (-0.0 == 0.0)
+    assert [key(i) for i in order] == sorted(key(i) for i in range(n))
+    assert sorted(order) == list(range(n))
+
+
 def test_chunked_mesh_matches_one_chunk(device):
     batch = mesh_fixture("icosphere", 1280, 48, 48, dtype=torch.float32, device=device)
     one = rasterize_soft(batch, (48, 48), soft(faces_per_pixel=4, sigma=1.0))

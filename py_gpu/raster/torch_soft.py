@@ -1269,7 +1269,7 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
         if live.numel() < pix.numel():
             pix, z, fid = (t.index_select(0, live) for t in (pix, z, fid))
             d = None if d is None else d.index_select(0, live)
-    o = _rank_order(pix, z, fid)
+    o = _rank_order(pix, z, fid, best_depth.shape[0])
     pix = pix.index_select(0, o)
     n = pix.numel()
     first = torch.ones(n, dtype=torch.bool, device=device)  # each pixel's first fragment in the order
@@ -1298,26 +1298,56 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
         buf.index_copy_(0, touched, merged.gather(1, o))
 
 
-def _rank_order(pix, z, fid) -> torch.Tensor:
-    """int64 ``[N]``: the order of fragments (tile pixel ``pix``, depth ``z``, face ``fid``) by
-    ``(pixel, depth, face)``. The sorts are stable and fragments arrive nearest faces first, so
-    equal depths at a pixel (shared edges, coplanar faces) come out in arrival order: those runs
-    alone are put in face order afterwards (:func:`_faces_within_ties`)."""
+def _rank_order(pix, z, fid, n_pix: int) -> torch.Tensor:
+    """int64 ``[N]``: the order of fragments (tile pixel ``pix`` of ``n_pix``, depth ``z``, face
+    ``fid``) by ``(pixel, depth, face)``. The sorts are stable and fragments arrive nearest faces
+    first, so the entries whose sort keys tie come out in arrival order: those runs alone are put
+    in order afterwards (:func:`_ties_in_order`)."""
     if z.dtype == torch.float32:
+        key = _coarse_key(pix, z, n_pix)
+        if key is not None:
+            # one int32 sort on (pixel, depth quantized over the chunk's range): about half the
+            # cost of the int64 sort; equal quantized depths at a pixel are rare, and ordered after
+            k, o = torch.sort(key, stable=True)
+            return _ties_in_order(o, k[1:] == k[:-1], fid, z)
         # one sort on an int64 key: pixel in the high 32 bits, the float32 depth's bits mapped to
         # an order-preserving unsigned int in the low 32 (+0.0 replaces -0.0 first)
         k, o = torch.sort((pix << 32) | _ordered_bits(z), stable=True)
-        return _faces_within_ties(o, k[1:] == k[:-1], fid)
+        return _ties_in_order(o, k[1:] == k[:-1], fid)
     o = torch.sort(z, stable=True).indices
     p, by_pix = torch.sort(pix.index_select(0, o), stable=True)
     o = o.index_select(0, by_pix)
     d = z.index_select(0, o)
-    return _faces_within_ties(o, (p[1:] == p[:-1]) & (d[1:] == d[:-1]), fid)
+    return _ties_in_order(o, (p[1:] == p[:-1]) & (d[1:] == d[:-1]), fid)
 
 
-def _faces_within_ties(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor) -> torch.Tensor:
+#: Fewest bits of quantized depth for which :func:`_rank_order` sorts an int32 key.
+_MIN_DEPTH_BITS = 12
+
+
+def _coarse_key(pix: torch.Tensor, z: torch.Tensor, n_pix: int) -> torch.Tensor | None:
+    """int32 ``[N]`` sort key ``pixel << b | q`` with ``q`` the float32 depth quantized to the
+    ``b = 31 - pixel bits`` bits left (at most 24, which float32 counts exactly), over the
+    fragments' own depth range (``q`` is monotone in ``z``: a subtraction, a product, a clamp and a
+    truncation, each nondecreasing); None when fewer than ``_MIN_DEPTH_BITS`` are left or the
+    depths are not finite."""
+    bits = min(24, 31 - max(1, (n_pix - 1).bit_length()))
+    if bits < _MIN_DEPTH_BITS or z.numel() == 0:
+        return None
+    lo, hi = torch.aminmax(z)
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    top = (1 << bits) - 1
+    scale = top / (hi - lo) if hi > lo else 0.0
+    q = (z - lo).mul_(scale).clamp_(0, top).to(torch.int32)
+    return (pix.to(torch.int32) << bits) | q
+
+
+def _ties_in_order(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
     """``o`` (an order of fragments) with each run of equal neighbours (``same[i]``: entries
-    ``i`` and ``i + 1`` of ``o`` tie) reordered by face ``fid``, the rest untouched."""
+    ``i`` and ``i + 1`` of ``o`` tie) reordered by face ``fid``, or with ``z`` by ``(z, fid)``,
+    the rest untouched."""
     pairs = torch.nonzero(same).squeeze(1)  # few: the work below is on the tied entries only
     if pairs.numel() == 0:
         return o
@@ -1325,7 +1355,12 @@ def _faces_within_ties(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor) -
     starts = (at == 0) | ~same.index_select(0, (at - 1).clamp(min=0))  # the first entry of each run
     run = torch.cumsum(starts, 0)  # run number, nondecreasing
     mine = o.index_select(0, at)
-    order = torch.sort((run << 32) | fid.index_select(0, mine)).indices  # runs stay in place, faces ascend
+    if z is None:
+        order = torch.sort((run << 32) | fid.index_select(0, mine)).indices  # runs stay in place, faces ascend
+    else:  # by face, then stably by (run, depth): runs stay in place, (depth, face) ascends
+        order = torch.sort(fid.index_select(0, mine), stable=True).indices
+        key = (run.index_select(0, order) << 32) | _ordered_bits(z.index_select(0, mine.index_select(0, order)))
+        order = order.index_select(0, torch.sort(key, stable=True).indices)
     return o.index_copy(0, at, mine.index_select(0, order))
 
 
