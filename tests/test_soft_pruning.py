@@ -392,3 +392,82 @@ def test_faces_behind_done_pixels_are_not_expanded(monkeypatch, device, small_ch
     assert torch.equal(alpha, want_alpha)
     assert torch.allclose(g, want_g, rtol=1e-10, atol=1e-12)
     assert want_g.abs().max() > 1e-3 and 0.3 < float((want_alpha == 1).double().mean()) < 0.9
+
+
+# ---- the render path keeps only what the blended frame needs ------------------------------------------
+def _frame_and_grads(batch: TriangleBatch, size, **kw):
+    """A soft render's frame and the gradients of a random loss on its image, and on all its outputs."""
+    v = batch.vertices.detach().clone().requires_grad_(True)
+    c = batch.vertex_colors.detach().clone().requires_grad_(True)
+    frame = py_gpu.render(TriangleBatch(v, batch.faces, vertex_colors=c), size, mode="soft", **kw)
+    outs = [frame.image, frame.alpha, frame.depth.nan_to_num(posinf=0.0)]
+    g = torch.Generator().manual_seed(9)
+    ups = [torch.rand(o.shape, generator=g, dtype=o.dtype) for o in outs]
+    image_only = torch.autograd.grad(outs[:1], [v, c], ups[:1], retain_graph=True)  # the weighted slots' path
+    every = torch.autograd.grad(outs, [v, c], ups)  # depth too: every slot's
+    return [frame.image, frame.alpha, frame.depth, frame.face_index], [image_only, every]
+
+
+@pytest.mark.parametrize("composite", ["over", "softras"])
+@fixture_safe_settings(max_examples=12)
+@given(seed=st.integers(0, 2**31 - 1), gamma=st.sampled_from([1e-4, 1e-3, 0.05]),
+       flat=st.booleans(), budget=st.sampled_from([60_000, 2**30]), k=st.sampled_from([2, 8]))
+def test_dropping_what_the_frame_cannot_use_changes_nothing(composite, seed, gamma, flat, budget, k):
+    """Fragments behind their pixel's blend window and behind a covering fragment are dropped
+    before the K nearest are taken: frame and gradients are those of the K nearest, bit for bit."""
+    from py_gpu.shading import composite as comp
+
+    batch = stacked_scene(faces=30, seed=seed % 1000, dtype=torch.float32)
+    if flat:  # coplanar faces: depths tie
+        v = batch.vertices.clone()
+        v[..., 2] = 0.5
+        batch = TriangleBatch(v, batch.faces, vertex_colors=batch.vertex_colors)
+    kw = dict(composite=composite, gamma=gamma, faces_per_pixel=k, memory_budget=budget)
+    dropped = []
+    real_filter = torch_soft._front_filter
+
+    def spy(front, pix, z, d):
+        keep = real_filter(front, pix, z, d)
+        dropped.append(0 if keep is None else pix.numel() - keep.numel())
+        return keep
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch_soft, "_front_filter", spy)
+        with_window = _frame_and_grads(batch, SIZE, **kw)
+        patch.setattr(comp, "blend_window", lambda *args: None)
+        without = _frame_and_grads(batch, SIZE, **kw)
+    for a, b in zip(with_window[0], without[0]):
+        assert torch.equal(a, b)
+    for ga, gb in zip(with_window[1], without[1]):
+        for a, b in zip(ga, gb):
+            assert torch.equal(a, b)
+    if gamma == 1e-4 and not flat and k == 8:
+        assert sum(dropped) > 0  # the window bites in this deep scene
+
+
+@fixture_safe_settings(max_examples=25)
+@given(seed=st.integers(0, 2**31 - 1), gamma=st.sampled_from([1e-5, 1e-4, 1e-2]),
+       cutoff=st.sampled_from([1e-6, 1e-4, 0.1]), lift=st.sampled_from([0.0, 1e3]),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_no_fragment_beyond_the_blend_window_has_weight(seed, gamma, cutoff, lift, dtype):
+    """The window bound itself, on the K nearest of a deep scene (K large enough for all): every
+    slot deeper than its pixel's nearest fragment by more than the window has weight exactly 0 in
+    both composites, also for depths far from 0 (float rounding of the logits)."""
+    from py_gpu import BlendSettings, RasterSettings
+    from py_gpu.shading.blend import blend_weights, depth_range, face_weights
+
+    batch = stacked_scene(faces=30, seed=seed % 1000, dtype=dtype)
+    v = batch.vertices.clone()
+    v[..., 2] = v[..., 2] * 0.01 + lift  # depths within ~0.013 of each other: near the window's width
+    batch = TriangleBatch(v, batch.faces, vertex_colors=batch.vertex_colors)
+    s = RasterSettings(mode="soft", sigma=1.0, cutoff=cutoff, faces_per_pixel=30)
+    frags = rasterize_soft(batch, SIZE, s)
+    for b in (BlendSettings(gamma=gamma), BlendSettings(gamma=gamma, composite="softras")):
+        zrange = depth_range(v[..., 2], b, clip_space=False)
+        window = torch_soft.blend_window(zrange, gamma, cutoff, v[..., 2])[0]
+        w = face_weights(frags, s, b, zrange) if b.composite == "over" else blend_weights(frags, s, b, zrange)[0]
+        nearest = frags.depth[..., :1]
+        beyond = frags.mask & (frags.depth > nearest + window)
+        assert bool((w[beyond] == 0).all())
+        if gamma < 1e-3:
+            assert int(beyond.sum()) > 0  # the test meets such slots (most of the zero-weight ones)

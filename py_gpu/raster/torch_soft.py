@@ -26,7 +26,9 @@ working set fits ``settings.memory_budget`` (:func:`plan_tiles`). Per tile:
    behind every done pixel of their box are dropped even before their spans are made.
 3. **Select.** Within a chunk the reached fragments are ranked per pixel by ``(depth, face)``
    and the first K are merged into the tile's running per-pixel top-K buffer. Chunks after the
-   first drop, before ranking, the fragments that lose to their pixel's K-th kept slot.
+   first drop, before ranking, the fragments that lose to their pixel's K-th kept slot. For a
+   soft render (``FaceSelector.window``), the fragments no blended frame can use are dropped
+   first (:func:`_front_filter`).
 4. **Recompute.** The winners' distance, barycentrics and depth are evaluated once more, only for
    the tile's non-empty K slots (:func:`gather_tile`).
 
@@ -69,7 +71,7 @@ from ..settings import RasterSettings
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
            "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
-           "RETURNED_PER_BUDGET", "exp_normal", "exp_floor"]
+           "RETURNED_PER_BUDGET", "exp_normal", "exp_floor", "blend_window"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -542,6 +544,10 @@ class FaceSelector:
         self.defer = False  # its gradient terms are evaluated once its pixels' sums are known (see _Terms)
         self._slots: dict = {}  # tile -> (distance, depth) of its selection: the last one, or all held
         self.hold_slots = False  # keep every tile's slot values (see slot_values) until release
+        #: per batch element, the depth beyond a pixel's nearest fragment past which no face has
+        #: blend weight (:func:`blend_window`), or None: the selection then keeps, per pixel, only
+        #: what a blended image needs (see :func:`_front_filter`) instead of the K nearest
+        self.window: list[float] | None = None
 
     def hold_all(self) -> None:
         """Keep every tile's slot values from now until :meth:`release` (the :class:`TileLoop`
@@ -672,10 +678,14 @@ class FaceSelector:
         if self.room > 0 and tile not in self.kept_terms:
             terms = _Terms(self.room, self.screen.dtype, deferred=self.defer)
         evaluated, memo = 0, [-1, None]  # chunks evaluated so far; the hidden depths at that count
+        front = None  # with a window: per pixel, the nearest fragment's depth and the nearest covering one's
+        if self.window is not None:
+            front = (self.window[b], torch.full_like(log_miss, math.inf), torch.full_like(log_miss, math.inf))
 
         def hidden_now():  # the limit and the next chunk ask at the same state: computed once
             if memo[0] != evaluated:
-                memo[:] = [evaluated, _hidden_depth(log_miss, best_depth, best_face)]
+                bound = None if front is None else _front_bound(*front)
+                memo[:] = [evaluated, _hidden_depth(log_miss, best_depth, best_face, bound)]
             return memo[1]
 
         def limit(*group):  # faces behind every done pixel of their box are not expanded
@@ -695,7 +705,7 @@ class FaceSelector:
                     continue
             _chunk(tri, face, row, c0, span_w, n, width, reach, K, best_depth, best_face, (row0, col0),
                    log_miss=log_miss, sigma=s.sigma, fresh=i == 0, terms=terms, best_dist=best_dist,
-                   hidden=hidden, zmin=zmin)
+                   hidden=hidden, zmin=zmin, front=front)
             evaluated += 1
         self._keep_miss(tile, log_miss)
         if terms is not None and (terms.chunks or terms.overflow):
@@ -1203,7 +1213,7 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
            best_depth: torch.Tensor, best_face: torch.Tensor, origin: tuple[int, int] = (0, 0), *,
            log_miss: torch.Tensor | None = None, sigma: float = 1.0, fresh: bool = False,
            terms: _Terms | None = None, best_dist: torch.Tensor | None = None,
-           hidden: torch.Tensor | None = None, zmin: torch.Tensor | None = None) -> None:
+           hidden: torch.Tensor | None = None, zmin: torch.Tensor | None = None, front: tuple | None = None) -> None:
     """Evaluate the ``n`` candidates of one chunk of spans and merge their per-pixel top-K into
     ``best_*``, the ``[rows * width, K]`` buffers of the tile whose top-left pixel is
     ``origin = (row, col)`` (``fresh``: they are still empty; ``best_dist``, when given, receives
@@ -1213,7 +1223,9 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
 
     With ``hidden`` (float ``[rows * width]``, :func:`_hidden_depth`) and ``zmin`` (each face's
     nearest depth, ``[F]``), the candidates of faces whose nearest depth lies beyond their pixel's
-    ``hidden`` are not evaluated: they can enter neither the K nearest nor the silhouette."""
+    ``hidden`` are not evaluated: they can enter neither the K nearest nor the silhouette.
+    With ``front`` (``(window, nearest, covering)``, see :func:`_front_filter`), the fragments no
+    blended image needs are dropped before the K nearest are taken."""
     device, dtype = tri.device, tri.dtype
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
     dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
@@ -1250,6 +1262,10 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     if log_miss is not None:
         log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
     del dist, depth, face_n, row_n, col
+    if front is not None and pix.numel():
+        keep = _front_filter(front, pix, z, d)
+        if keep is not None:
+            pix, z, fid, d = (t.index_select(0, keep) for t in (pix, z, fid, d))
     if pix.numel() == 0:
         return
     _keep_nearest(pix, z, fid, d if best_dist is not None else None, K, best_depth, best_face, best_dist, fresh)
@@ -1374,19 +1390,73 @@ def _not_beaten(pix, z, fid, K: int, best_depth, best_face) -> torch.Tensor:
     return torch.nonzero((z < kth) | ((z == kth) & (fid < kth_face)) | (kth_face < 0)).squeeze(1)
 
 
-def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: torch.Tensor) -> torch.Tensor | None:
+def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: torch.Tensor,
+                  bound: torch.Tensor | None = None) -> torch.Tensor | None:
     """float ``[pixels]``: per tile pixel, the depth beyond which a face changes nothing there,
     ``+inf`` where any face still can; None when too few pixels have one to pay for the test.
 
-    That is the K-th kept slot's depth at pixels whose K slots are full and whose silhouette sum
-    is below ``-_saturated`` (alpha exactly 1, and it stays 1: every term is negative). A face
-    whose nearest depth lies beyond it is behind all K kept faces (it cannot enter them, ties
-    included) and its ``log(1 - D)`` cannot change alpha."""
+    At pixels whose silhouette sum is below ``-_saturated`` (alpha exactly 1, and it stays 1:
+    every term is negative) that is the K-th kept slot's depth when the K slots are full (a face
+    whose nearest depth lies beyond it is behind all K kept faces: it cannot enter them, ties
+    included), or ``bound`` (float ``[pixels]``, :func:`_front_bound`) where nearer: the
+    fragments beyond it are dropped anyway. Its ``log(1 - D)`` cannot change alpha there."""
     K = best_face.shape[1]
-    done = (log_miss < -_saturated(log_miss.dtype)) & (best_face[:, K - 1] >= 0)
+    depth = torch.where(best_face[:, K - 1] >= 0, best_depth[:, K - 1], math.inf)
+    if bound is not None:
+        depth = torch.minimum(depth, bound)
+    done = (log_miss < -_saturated(log_miss.dtype)) & (depth < math.inf)
     if int(done.sum()) * _HIDDEN_SHARE < done.numel():
         return None
-    return torch.where(done, best_depth[:, K - 1], math.inf)
+    return torch.where(done, depth, math.inf)
+
+
+def blend_window(zrange: torch.Tensor, gamma: float, cutoff: float, vertex_depth: torch.Tensor) -> list[float]:
+    """Per batch element, a depth ``w`` such that a fragment deeper than its pixel's nearest
+    reached fragment by more than ``w`` has blend weight exactly 0 in the soft image (either
+    composite), however the selection ends.
+
+    Both composites are a softmax over logits ``logsigmoid(dist / sigma) + zn / gamma`` (plus a
+    shift common to every slot, and the softras background) with ``zn = (zfar - depth) / (zfar -
+    znear)``, and a weight is 0 where its logit lies more than ``-exp_floor`` below the largest
+    one. The nearest fragment's logit is at least ``zn_1 / gamma + log(cutoff)`` (reached means
+    ``D >= cutoff``) and any other's at most ``zn_k / gamma``; so a depth gap above
+    ``gamma * (zfar - znear) * (-exp_floor - log(cutoff))`` gives 0. The window adds a margin of
+    4 in the logits and one for float rounding of depths as large as those of ``zrange`` and
+    ``vertex_depth`` (float ``[B, V]``), so that the computed logits obey it too.
+    ``zrange``: float ``[B, 2]`` (:func:`py_gpu.shading.blend.depth_range`)."""
+    dtype = zrange.dtype
+    eps = torch.finfo(dtype).eps
+    span = (zrange[:, 1] - zrange[:, 0]).abs()
+    scale = torch.maximum(zrange.abs().amax(dim=1), vertex_depth.detach().abs().amax(dim=1)) \
+        if vertex_depth.numel() else zrange.abs().amax(dim=1)
+    logits = -exp_floor(dtype) - math.log(cutoff) + 4.0
+    width = gamma * span * logits + 32.0 * eps * scale
+    return [float(w) if math.isfinite(float(w)) else math.inf for w in width]
+
+
+def _front_bound(window: float, nearest: torch.Tensor, covering: torch.Tensor) -> torch.Tensor:
+    """float ``[pixels]``: the depth past which :func:`_front_filter` drops a pixel's fragments."""
+    return torch.maximum(nearest + window, covering)
+
+
+def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Tensor) -> torch.Tensor | None:
+    """int64 indices of the reached fragments (tile pixel ``pix``, depth ``z``, distance ``d``) a
+    blended image can need, or None for all; updates ``front = (window, nearest, covering)``, per
+    tile pixel the depth of the nearest fragment and of the nearest covering one (``d >= 0``) seen
+    so far (both only decrease, chunk after chunk).
+
+    A fragment deeper than ``nearest + window`` (:func:`blend_window`) and than ``covering`` is
+    dropped: it has no blend weight, and it is behind a covering fragment, so it is neither the
+    pixel's nearest covering face (the ``Frame``'s face and depth) nor in front of it (whether
+    that one is among the K nearest). Those hold for the final values as well, which are no
+    larger. The K slots then hold the K nearest of the rest: every slot the image, its face and
+    depth and their gradients depend on, in the same order."""
+    window, nearest, covering = front
+    nearest.scatter_reduce_(0, pix, z, reduce="amin")
+    on = torch.nonzero(d >= 0).squeeze(1)
+    covering.scatter_reduce_(0, pix.index_select(0, on), z.index_select(0, on), reduce="amin")
+    keep = torch.nonzero(z <= _front_bound(window, nearest, covering).index_select(0, pix)).squeeze(1)
+    return None if keep.numel() == z.numel() else keep
 
 
 def _floor_log2(n: torch.Tensor, levels: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, exp_normal,
+from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, blend_window, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend_planes, depth_range, face_weights, nearest_covering, silhouette, weighted
@@ -174,6 +174,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
     select.room = room  # the silhouette's gradient terms are kept while they fit
     zrange = depth_range(screen[..., 2], blend_settings, clip_space=clip)  # [B, 2], detached
+    # the Frame needs, per pixel, only the faces with blend weight and the nearest covering one
+    select.window = blend_window(zrange, blend_settings.gamma, settings.cutoff, screen[..., 2])
 
     def tile(t, fi, scr, wb, vertex_colors, face_colors, zr, wanted=None):
         alpha = (1.0 - exp_normal(select.log_miss(t, scr)))[None, ..., None]
