@@ -1453,8 +1453,7 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     depth and their gradients depend on, in the same order."""
     window, nearest, covering = front
     nearest.scatter_reduce_(0, pix, z, reduce="amin")
-    on = torch.nonzero(d >= 0).squeeze(1)
-    covering.scatter_reduce_(0, pix.index_select(0, on), z.index_select(0, on), reduce="amin")
+    covering.scatter_reduce_(0, pix, torch.where(d >= 0, z, math.inf), reduce="amin")
     keep = torch.nonzero(z <= _front_bound(window, nearest, covering).index_select(0, pix)).squeeze(1)
     return None if keep.numel() == z.numel() else keep
 
