@@ -451,3 +451,40 @@ def test_render_without_gradients_reuses_the_selections_values(budget, clip, mon
     for name in ("image", "alpha", "depth", "face_index"):
         assert torch.equal(getattr(plain, name), getattr(reference, name)), name
     assert float(plain.alpha.mean()) > 0.05
+
+
+def test_deep_pixels_shaded_apart_give_the_same_frame(monkeypatch):
+    """Without autograd, a tile whose few deep pixels fill more than half of the K slots shades
+    them on their own, K wide, and the rest only half as wide: the frame is bit for bit the one
+    shade_soft gives on rasterize_soft's fragments."""
+    g = torch.Generator().manual_seed(11)
+    faces = 24  # small triangles scattered over the frame
+    center = torch.rand(faces, 1, 2, generator=g, dtype=torch.float64) * torch.tensor([48.0, 40.0])
+    xy = (center + (torch.rand(faces, 3, 2, generator=g, dtype=torch.float64) * 2 - 1) * 3.0).reshape(1, -1, 2)
+    stack = torch.tensor([[[4.0, 4.0], [7.0, 4.0], [4.0, 7.0]]], dtype=torch.float64).expand(8, 3, 2).reshape(1, 24, 2)
+    # eight small triangles stacked over one corner (deep pixels there), and one behind all, over
+    # the whole frame (every pixel is reached: the tile is shaded in rows)
+    back = torch.tensor([[[-10.0, -10.0], [150.0, -10.0], [-10.0, 150.0]]], dtype=torch.float64)
+    xy = torch.cat([xy, stack, back], 1)
+    z = 0.1 + 0.8 * torch.rand(1, xy.shape[1], 1, generator=g, dtype=torch.float64)
+    z[:, -3:] = 0.95
+    verts = torch.cat([xy, z], -1).float()
+    base = TriangleBatch(verts, torch.arange(verts.shape[1]).reshape(-1, 3),
+                         vertex_colors=torch.rand(1, verts.shape[1], 3, generator=g))
+    s = soft(BIG, sigma=1.0, faces_per_pixel=8)
+    blend = BlendSettings(gamma=0.05)  # the stacked faces all keep weight
+    split = []
+    original = composite._shallow
+
+    def spy(face_index, known):
+        out = original(face_index, known)
+        split.append(out[2] is not None)
+        return out
+
+    monkeypatch.setattr(composite, "_shallow", spy)
+    with torch.no_grad():
+        frame = render_soft(base, (40, 48), background=(0.2, 0.3, 0.4), settings=s, blend_settings=blend)
+        reference = shade_soft(base, rasterize_soft(base, (40, 48), s), (0.2, 0.3, 0.4), s, blend)
+    assert split == [True]
+    for name in ("image", "alpha", "depth", "face_index"):
+        assert torch.equal(getattr(frame, name), getattr(reference, name)), name

@@ -213,10 +213,22 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
             return image, depth, face
 
         if not compact:  # blocks of whole rows
-            step = max(1, _SHADE_SLOTS // (K * cols))
+            deep = None
+            if not torch.is_grad_enabled() and known is not None:  # the few deep pixels on their own
+                fi, known, deep = _shallow(fi, known)
+            width = fi.shape[-1]
+            step = max(1, _SHADE_SLOTS // (width * cols))
             image, depth, face = _joined(shade(fi[r:r + step], alpha[:, r:r + step], (t[1] + r, t[3]), None,
                                                None if known is None else [v[r:r + step] for v in known])
                                          for r in range(0, rows, step))
+            if deep is not None:  # shaded K wide, compacted, over the shallow pass's values
+                at, deep_fi, deep_known = deep
+                row, col = at // cols + t[1], at % cols + t[3]
+                d_image, d_depth, d_face = shade(deep_fi, alpha.view(-1).index_select(0, at).view(1, -1, 1, 1), (0, 0),
+                                                 (row, col), deep_known)
+                image.view(-1, image.shape[-1]).index_copy_(0, at, d_image.view(-1, image.shape[-1]))
+                depth.view(-1).index_copy_(0, at, d_depth.view(-1))
+                face.view(-1).index_copy_(0, at, d_face.view(-1))
             return image, alpha, depth, face
         # only the reached pixels, as [1, P, 1, K] blocks; the others are background
         fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
@@ -285,6 +297,31 @@ def _weighted_slots(face_index: torch.Tensor, known, settings: RasterSettings, b
         out = torch.full((*values.shape[:-1], K + 1), fill, dtype=values.dtype, device=values.device)
         moved.append(out.scatter_(-1, at, values)[..., :K])
     return moved[0], moved[1:]
+
+
+#: Without autograd, a tile's pixels filling more than half its K slots are shaded on their own
+#: (and the others only as wide as the rest need) while they are at most this share of its pixels.
+_DEEP_SHARE = 1 / 16
+
+
+def _shallow(face_index: torch.Tensor, known):
+    """``(face_index, known, deep)``: a tile's faces ``[rows, cols, K]`` and their slot values cut to
+    the slots its shallow pixels fill, and ``deep`` = ``(at, faces, values)`` for the few pixels that
+    fill more (their flat indices, and their slots as ``[P, 1, K]``), to be shaded on their own; or
+    the inputs and None when that does not pay.
+
+    Per pixel the values are the same either way: kept faces fill the first slots, and a pixel's
+    blend only ever meets its own slots (see :func:`_occupied`)."""
+    rows, cols, K = face_index.shape
+    if K < 4:
+        return face_index, known, None
+    filled = (face_index >= 0).sum(-1).view(-1)
+    width = K // 2
+    at = torch.nonzero(filled > width).squeeze(1)
+    if at.numel() > _DEEP_SHARE * filled.numel() or int(filled.max()) <= width:
+        return face_index, known, None
+    deep = (at, face_index.view(-1, 1, K).index_select(0, at), [v.view(-1, 1, K).index_select(0, at) for v in known])
+    return (face_index[..., :width].contiguous(), [v[..., :width].contiguous() for v in known], deep)
 
 
 def _occupied(face_index: torch.Tensor) -> torch.Tensor:
