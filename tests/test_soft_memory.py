@@ -5,6 +5,8 @@ run with several threads."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -453,10 +455,9 @@ def test_render_without_gradients_reuses_the_selections_values(budget, clip, mon
     assert float(plain.alpha.mean()) > 0.05
 
 
-def test_deep_pixels_shaded_apart_give_the_same_frame(monkeypatch):
-    """Without autograd, a tile whose few deep pixels fill more than half of the K slots shades
-    them on their own, K wide, and the rest only half as wide: the frame is bit for bit the one
-    shade_soft gives on rasterize_soft's fragments."""
+def _deep_scene(dtype=torch.float32) -> TriangleBatch:
+    """Small triangles over a 40 x 48 frame, eight more stacked over one corner (its pixels fill
+    eight slots) and one behind all over the whole frame."""
     g = torch.Generator().manual_seed(11)
     faces = 24  # small triangles scattered over the frame
     center = torch.rand(faces, 1, 2, generator=g, dtype=torch.float64) * torch.tensor([48.0, 40.0])
@@ -468,11 +469,13 @@ def test_deep_pixels_shaded_apart_give_the_same_frame(monkeypatch):
     xy = torch.cat([xy, stack, back], 1)
     z = 0.1 + 0.8 * torch.rand(1, xy.shape[1], 1, generator=g, dtype=torch.float64)
     z[:, -3:] = 0.95
-    verts = torch.cat([xy, z], -1).float()
-    base = TriangleBatch(verts, torch.arange(verts.shape[1]).reshape(-1, 3),
-                         vertex_colors=torch.rand(1, verts.shape[1], 3, generator=g))
-    s = soft(BIG, sigma=1.0, faces_per_pixel=8)
-    blend = BlendSettings(gamma=0.05)  # the stacked faces all keep weight
+    verts = torch.cat([xy, z], -1).to(dtype)
+    return TriangleBatch(verts, torch.arange(verts.shape[1]).reshape(-1, 3),
+                         vertex_colors=torch.rand(1, verts.shape[1], 3, generator=g).to(dtype))
+
+
+def _spy_shallow(monkeypatch) -> list:
+    """Whether each call of composite._shallow split the tile's deep pixels off."""
     split = []
     original = composite._shallow
 
@@ -482,9 +485,47 @@ def test_deep_pixels_shaded_apart_give_the_same_frame(monkeypatch):
         return out
 
     monkeypatch.setattr(composite, "_shallow", spy)
+    return split
+
+
+def test_deep_pixels_shaded_apart_give_the_same_frame(monkeypatch):
+    """Without autograd, a tile whose few deep pixels fill more than half of the K slots shades
+    them on their own, K wide, and the rest only half as wide: the frame is bit for bit the one
+    shade_soft gives on rasterize_soft's fragments."""
+    base = _deep_scene()
+    s = soft(BIG, sigma=1.0, faces_per_pixel=8)
+    blend = BlendSettings(gamma=0.05)  # the stacked faces all keep weight
+    split = _spy_shallow(monkeypatch)
     with torch.no_grad():
         frame = render_soft(base, (40, 48), background=(0.2, 0.3, 0.4), settings=s, blend_settings=blend)
         reference = shade_soft(base, rasterize_soft(base, (40, 48), s), (0.2, 0.3, 0.4), s, blend)
     assert split == [True]
     for name in ("image", "alpha", "depth", "face_index"):
         assert torch.equal(getattr(frame, name), getattr(reference, name)), name
+
+
+def test_deep_pixels_shaded_apart_in_the_image_backward_give_the_same_gradients(monkeypatch):
+    """The image backward pass splits the deep pixels off the same way (after dropping the slots
+    without weight): the gradients equal those of the pass that shades every pixel K wide."""
+    base = _deep_scene(torch.float64)
+    call = torch_soft.TileLoop.__call__
+
+    def recompute(loop, *inputs):  # one tile, evaluated again in the backward pass from the kept faces
+        loop.plan = dataclasses.replace(loop.plan, direct=False, keep_index=True)
+        return call(loop, *inputs)
+
+    monkeypatch.setattr(torch_soft.TileLoop, "__call__", recompute)
+    monkeypatch.setattr(torch_soft.TileLoop, "_fits_direct", lambda loop, chosen: False)
+    results = []
+    for splitting in (True, False):
+        split = _spy_shallow(monkeypatch)
+        if not splitting:
+            monkeypatch.setattr(composite, "_shallow", lambda face_index, known: (face_index, known, None))
+        batch, params = leaves(base)
+        frame = py_gpu.render(batch, (40, 48), mode="soft", sigma=1.0, gamma=0.05, faces_per_pixel=8)
+        results.append(torch.autograd.grad([frame.image], params, upstream([frame.image])))
+        if splitting:
+            assert split[-1]  # the backward pass's tile was split
+    for a, b in zip(*results):
+        assert a.abs().max() > 1e-3
+        assert torch.allclose(a, b, rtol=GRAD_TOL, atol=GRAD_TOL)

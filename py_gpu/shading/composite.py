@@ -189,10 +189,10 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         # a backward pass for the image (and alpha) alone: slots whose blend weight is exactly 0
         # carry no gradient into it, so only the weighted ones are evaluated again
         weighted_only = wanted is not None and not wanted[2] and blend_settings.composite == "over"
+        if weighted_only and known is not None:
+            fi, known = _weighted_slots(fi, known, settings, blend_settings, zr)
 
         def shade(fi, part_alpha, origin, centers, known):
-            if weighted_only and known is not None:
-                fi, known = _weighted_slots(fi, known, settings, blend_settings, zr)
             fi = _occupied(fi)
             known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
             if known is None or torch.is_grad_enabled():
@@ -214,7 +214,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
 
         if not compact:  # blocks of whole rows
             deep = None
-            if not torch.is_grad_enabled() and known is not None:  # the few deep pixels on their own
+            if (weighted_only or not torch.is_grad_enabled()) and known is not None:  # deep pixels on their own
                 fi, known, deep = _shallow(fi, known)
             width = fi.shape[-1]
             step = max(1, _SHADE_SLOTS // (width * cols))
@@ -226,9 +226,10 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                 row, col = at // cols + t[1], at % cols + t[3]
                 d_image, d_depth, d_face = shade(deep_fi, alpha.view(-1).index_select(0, at).view(1, -1, 1, 1), (0, 0),
                                                  (row, col), deep_known)
-                image.view(-1, image.shape[-1]).index_copy_(0, at, d_image.view(-1, image.shape[-1]))
-                depth.view(-1).index_copy_(0, at, d_depth.view(-1))
-                face.view(-1).index_copy_(0, at, d_face.view(-1))
+                image = image.view(-1, image.shape[-1]).index_copy(0, at, d_image.view(-1, image.shape[-1])) \
+                    .view(image.shape)
+                depth = depth.reshape(-1).index_copy(0, at, d_depth.reshape(-1)).view(depth.shape)
+                face = face.reshape(-1).index_copy(0, at, d_face.reshape(-1)).view(face.shape)
             return image, alpha, depth, face
         # only the reached pixels, as [1, P, 1, K] blocks; the others are background
         fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
@@ -299,8 +300,9 @@ def _weighted_slots(face_index: torch.Tensor, known, settings: RasterSettings, b
     return moved[0], moved[1:]
 
 
-#: Without autograd, a tile's pixels filling more than half its K slots are shaded on their own
-#: (and the others only as wide as the rest need) while they are at most this share of its pixels.
+#: Without autograd (and in the image backward pass, on the slots with weight), a tile's pixels
+#: filling more than half its K slots are shaded on their own (and the others only half as wide)
+#: while they are at most this share of its pixels.
 _DEEP_SHARE = 1 / 16
 
 
