@@ -544,6 +544,7 @@ class FaceSelector:
         self.defer = False  # its gradient terms are evaluated once its pixels' sums are known (see _Terms)
         self._slots: dict = {}  # tile -> (distance, depth) of its selection: the last one, or all held
         self.hold_slots = False  # keep every tile's slot values (see slot_values) until release
+        self._weighted: dict = {}  # tile -> its slots with blend weight, recorded by the shading (held)
         #: per batch element, the depth beyond a pixel's nearest fragment past which no face has
         #: blend weight (:func:`blend_window`), or None: the selection then keeps, per pixel, only
         #: what a blended image needs (see :func:`_front_filter`) instead of the K nearest
@@ -557,7 +558,7 @@ class FaceSelector:
     def release(self) -> None:
         """Drop the cached face table and the last selection's slot values."""
         self._element = None
-        self._slots, self.hold_slots = {}, False
+        self._slots, self._weighted, self.hold_slots = {}, {}, False
 
     def forward_done(self) -> None:
         """The :class:`TileLoop` hook at the end of a forward pass that its backward pass will
@@ -565,7 +566,7 @@ class FaceSelector:
         plan counts them with the kept face indices) until :meth:`release`."""
         self._element = None
         if not self.hold_slots:
-            self._slots = {}
+            self._slots, self._weighted = {}, {}
 
     def _table(self, b: int):
         if self._element is None or self._element[0] != b:
@@ -725,6 +726,16 @@ class FaceSelector:
         ``hold_slots`` (set by :class:`TileLoop` when it selects every tile's faces before
         shading any), every tile's are kept until :meth:`release`."""
         return self._slots.get(tile)
+
+    def keep_weighted(self, tile: Tile, live: torch.Tensor) -> None:
+        """Hold ``live`` (bool ``[rows, cols, K]``: the tile's slots whose blend weight is not 0, as
+        the forward pass's shading found them) with the tile's slot values, while those are held."""
+        if self.hold_slots and tile in self._slots:
+            self._weighted[tile] = live
+
+    def weighted(self, tile: Tile) -> torch.Tensor | None:
+        """The tile's slots with blend weight held by :meth:`keep_weighted`, or None."""
+        return self._weighted.get(tile)
 
     @torch.no_grad()
     def miss(self, tile: Tile, room: int = 0) -> int:

@@ -146,9 +146,9 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
     ``settings.memory_budget``) and only the ``Frame`` is whole-frame. Where no face reaches part
     of a tile, only the reached pixels are gathered and blended (the others are the background,
     alpha 0, no face). With autograd, every tile's faces are selected first, and the selected face
-    indices (int32), with their distance and depth for the shading, are kept when they take at
-    most ``1 / KEEP_SHARE`` (a quarter) of the budget; otherwise the backward pass selects each
-    tile's faces again. The values are those of :func:`shade_soft` on
+    indices (int32), with their distance and depth for the shading and which of them have blend
+    weight, are kept when they take at most ``1 / KEEP_SHARE`` (a quarter) of the budget;
+    otherwise the backward pass selects each tile's faces again. The values are those of :func:`shade_soft` on
     :func:`py_gpu.raster.torch_soft.rasterize_soft`'s fragments.
 
     Raises:
@@ -168,7 +168,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                           budget=budget, slot_bytes=gather_bytes_per_slot(dtype, clip) + shade_bytes_per_slot(dtype, C),
                           filled_bytes=gather_bytes_per_slot(dtype, clip, filled_only=True),
                           returned=_frame_bytes(B, H, W, C, dtype),
-                          keep_bytes=B * H * W * K * (4 + 2 * (torch.finfo(dtype).bits // 8)))
+                          keep_bytes=B * H * W * K * (5 + 2 * (torch.finfo(dtype).bits // 8)))
 
     plan, room = plan_with_room(plan_for, settings.memory_budget, torch.is_grad_enabled() and screen.requires_grad)
     select = FaceSelector(screen.detach(), faces, (H, W), settings, plan)
@@ -190,9 +190,13 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         # carry no gradient into it, so only the weighted ones are evaluated again
         weighted_only = wanted is not None and not wanted[2] and blend_settings.composite == "over"
         if weighted_only and known is not None:
-            fi, known = _weighted_slots(fi, known, settings, blend_settings, zr)
+            fi, known = _weighted_slots(fi, known, settings, blend_settings, zr, select.weighted(t))
+        # a forward pass that a backward pass follows records which slots have weight, for it
+        record = None
+        if not torch.is_grad_enabled() and select.hold_slots and blend_settings.composite == "over":
+            record = torch.zeros(rows * cols, K, dtype=torch.bool, device=fi.device)
 
-        def shade(fi, part_alpha, origin, centers, known):
+        def shade(fi, part_alpha, origin, centers, known, at=None):
             fi = _occupied(fi)
             known = None if known is None else [v[..., :fi.shape[-1]] for v in known]
             if known is None or torch.is_grad_enabled():
@@ -205,6 +209,12 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                 if blend_settings.composite == "over":  # colors only where a face has weight
                     weights = face_weights(part, settings, blend_settings, zr[None])
                     live = weights[0] > 0
+                    if record is not None:  # at: the block's first tile row, or its pixels
+                        n = live.shape[-1]
+                        if isinstance(at, int):
+                            record.view(rows, cols, K)[at:at + live.shape[0], :, :n] = live
+                        else:
+                            record[:, :n].index_copy_(0, at, live.reshape(-1, n))
                 colors = _slot_colors_at(scr, wb, faces, vertex_colors, face_colors, fi, origin, centers, live)
                 image, _, depth, face = _blend_tile(colors, part, background, settings, blend_settings, zr[None],
                                                     weights)
@@ -219,17 +229,19 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
             width = fi.shape[-1]
             step = max(1, _SHADE_SLOTS // (width * cols))
             image, depth, face = _joined(shade(fi[r:r + step], alpha[:, r:r + step], (t[1] + r, t[3]), None,
-                                               None if known is None else [v[r:r + step] for v in known])
+                                               None if known is None else [v[r:r + step] for v in known], r)
                                          for r in range(0, rows, step))
             if deep is not None:  # shaded K wide, compacted, over the shallow pass's values
                 at, deep_fi, deep_known = deep
                 row, col = at // cols + t[1], at % cols + t[3]
                 d_image, d_depth, d_face = shade(deep_fi, alpha.view(-1).index_select(0, at).view(1, -1, 1, 1), (0, 0),
-                                                 (row, col), deep_known)
+                                                 (row, col), deep_known, at)
                 image = image.view(-1, image.shape[-1]).index_copy(0, at, d_image.view(-1, image.shape[-1])) \
                     .view(image.shape)
                 depth = depth.reshape(-1).index_copy(0, at, d_depth.reshape(-1)).view(depth.shape)
                 face = face.reshape(-1).index_copy(0, at, d_face.reshape(-1)).view(face.shape)
+            if record is not None:
+                select.keep_weighted(t, record.view(rows, cols, K))
             return image, alpha, depth, face
         # only the reached pixels, as [1, P, 1, K] blocks; the others are background
         fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
@@ -238,8 +250,11 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         step = max(1, _SHADE_SLOTS // K)
         image, depth, face = _joined(shade(fi[p:p + step], part_alpha[p:p + step].view(1, -1, 1, 1), (0, 0),
                                            (row[p:p + step], col[p:p + step]),
-                                           None if known is None else [v[p:p + step] for v in known])
+                                           None if known is None else [v[p:p + step] for v in known],
+                                           hit[p:p + step])
                                      for p in range(0, max(1, hit.numel()), step))
+        if record is not None:
+            select.keep_weighted(t, record.view(rows, cols, K))
         bg = background_tensor(background, image.shape[-1], image.dtype, image.device)
         return (_expand(image.view(-1, image.shape[-1]), hit, rows, cols, bg), alpha,
                 _expand(depth.view(-1), hit, rows, cols, math.inf), _expand(face.view(-1), hit, rows, cols, -1))
@@ -279,18 +294,20 @@ def _expand(values: torch.Tensor, at: torch.Tensor, rows: int, cols: int, fill) 
 
 
 def _weighted_slots(face_index: torch.Tensor, known, settings: RasterSettings, blend_settings: BlendSettings,
-                    zrange: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                    zrange: torch.Tensor, live: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """``face_index`` ``[rows, cols, K]`` with the slots whose ``"over"`` blend weight is exactly 0
     emptied and the others moved to the front of their pixel (in order), and ``known`` (the
-    slots' distance and depth) moved with them.
+    slots' distance and depth) moved with them. ``live``: the slots with weight, when the forward
+    pass recorded them (:meth:`FaceSelector.keep_weighted`); else they are found from ``known``.
 
     Such a slot's weight ``exp_normal(logit - top)`` is 0 below the floor, with a zero derivative,
     and every other weight's derivative with respect to its logit carries that 0 as a factor: the
     image and its gradients are the same without it. The selection keeps faces far behind the
     nearest one (4-8 in 10 of a 1k-triangle frame's slots at the default ``gamma``)."""
     dist, depth = known
-    part = Fragments(face_index[None], None, depth[None], dist[None])
-    live = weighted(part, settings, blend_settings, zrange[None])[0]  # [rows, cols, K]
+    if live is None:  # else the forward pass's shading recorded them (bool [rows, cols, K])
+        part = Fragments(face_index[None], None, depth[None], dist[None])
+        live = weighted(part, settings, blend_settings, zrange[None])[0]  # [rows, cols, K]
     K = face_index.shape[-1]
     at = torch.where(live, torch.cumsum(live, dim=-1) - 1, K)  # the live slots' new places; K: dropped
     moved = []
