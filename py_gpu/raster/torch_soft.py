@@ -71,7 +71,7 @@ from ..settings import RasterSettings
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
            "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
-           "RETURNED_PER_BUDGET", "exp_normal", "exp_floor", "blend_window"]
+           "RETURNED_PER_BUDGET", "exp_normal", "exp_floor", "blend_window", "slot_centers"]
 
 
 def soft_geometry(tri: torch.Tensor, px: torch.Tensor, py: torch.Tensor, *, dist_only: bool = False,
@@ -1594,6 +1594,17 @@ def gather_tile(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tenso
                      None if screen_bary is None else torch.stack(screen_bary, dim=-1))
 
 
+def slot_centers(slots: torch.Tensor, K: int, width: int, origin: tuple[int, int],
+                 centers: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype):
+    """float ``[N]`` ``(px, py)``: the pixel centers of the flat slot ids ``slots`` of a tile block
+    ``[rows, width, K]`` whose top-left pixel is ``origin``, or of a compacted ``[rows, 1, K]`` block
+    of the pixels ``centers`` (int64 ``(row, col)``, ``[rows]`` each; see :func:`gather_tile`)."""
+    pixel = slots // K
+    if centers is None:
+        return (pixel % width + origin[1]).to(dtype) + 0.5, (pixel // width + origin[0]).to(dtype) + 0.5
+    return centers[1].index_select(0, pixel).to(dtype) + 0.5, centers[0].index_select(0, pixel).to(dtype) + 0.5
+
+
 def gather_tile_planes(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, face_index: torch.Tensor,
                        origin: tuple[int, int], centers: tuple[torch.Tensor, torch.Tensor] | None = None,
                        known: tuple[torch.Tensor, torch.Tensor] | None = None):
@@ -1607,13 +1618,7 @@ def gather_tile_planes(screen: torch.Tensor, w: torch.Tensor | None, faces: torc
     flat = face_index.reshape(-1)  # [rows*W*K]
     si = torch.nonzero(flat >= 0).squeeze(1)  # [N] slots
     fi = flat.index_select(0, si)
-    pixel = si // K
-    if centers is None:
-        px = (pixel % W + origin[1]).to(dtype) + 0.5
-        py = (pixel // W + origin[0]).to(dtype) + 0.5
-    else:
-        px = centers[1].index_select(0, pixel).to(dtype) + 0.5
-        py = centers[0].index_select(0, pixel).to(dtype) + 0.5
+    px, py = slot_centers(si, K, W, origin, centers, dtype)
     corner = torch.stack([faces[:, j].index_select(0, fi) for j in range(3)])  # [3, N] (faces.t() gathers ~3-6x slower)
     if torch.is_grad_enabled() and screen.requires_grad:  # closed-form backward
         dist_n, lam, depth_n = _Geometry.apply(screen, corner, px, py)

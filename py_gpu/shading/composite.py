@@ -20,7 +20,8 @@ import torch
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, blend_window, exp_normal,
-                                 gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft)
+                                 gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft,
+                                 slot_centers)
 from ..settings import BlendSettings, RasterSettings
 from .blend import blend_planes, depth_range, face_weights, nearest_covering, silhouette, weighted
 from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
@@ -439,13 +440,7 @@ def _live_colors(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tens
     rows, cols, K = face_index.shape
     dtype, device = screen.dtype, screen.device
     at = torch.nonzero(live.reshape(-1)).squeeze(1)  # [N] slots
-    pixel = at // K
-    if centers is None:
-        px = (pixel % cols + origin[1]).to(dtype) + 0.5
-        py = (pixel // cols + origin[0]).to(dtype) + 0.5
-    else:
-        px = centers[1].index_select(0, pixel).to(dtype) + 0.5
-        py = centers[0].index_select(0, pixel).to(dtype) + 0.5
+    px, py = slot_centers(at, K, cols, origin, centers, dtype)
     corner = corner_ids(faces, face_index.reshape(-1).index_select(0, at))
     xy = screen[:, :2].t().contiguous()  # [2, V]
     coords = []
