@@ -1442,7 +1442,7 @@ def blend_window(zrange: torch.Tensor, gamma: float, cutoff: float, vertex_depth
         if vertex_depth.numel() else zrange.abs().amax(dim=1)
     logits = -exp_floor(dtype) - math.log(cutoff) + 4.0
     width = gamma * span * logits + 32.0 * eps * scale
-    return [float(w) if math.isfinite(float(w)) else math.inf for w in width]
+    return [w if math.isfinite(w) else math.inf for w in width.tolist()]  # one host read
 
 
 def _front_bound(window: float, nearest: torch.Tensor, covering: torch.Tensor) -> torch.Tensor:

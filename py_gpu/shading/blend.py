@@ -157,23 +157,23 @@ def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: Bl
 
 
 def _face_logits(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
-                 zrange: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                 zrange: torch.Tensor | None) -> torch.Tensor:
     """The ``"over"`` form's softmax arguments ``logit - top`` (float ``[B, H, W, K]``, -inf where
-    empty) and ``top`` (``[B, H, W, 1]``, detached: each pixel's largest logit, 0 without any)."""
+    empty), ``top`` each pixel's largest logit (detached; 0 without any)."""
     mask = frags.mask
     z = _normalized(frags, blend_settings, zrange)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + z / blend_settings.gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
     top = logit.amax(dim=-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
-    return logit - top, top
+    return logit - top
 
 
 def weighted(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
              zrange: torch.Tensor | None = None) -> torch.Tensor:
     """bool ``[B, H, W, K]``: the slots whose :func:`face_weights` weight is not exactly 0 (those
     below ``exp_normal``'s floor get 0, with a zero derivative), without the softmax itself."""
-    shifted, _ = _face_logits(frags, settings, blend_settings, zrange)
+    shifted = _face_logits(frags, settings, blend_settings, zrange)
     return shifted >= exp_floor(shifted.dtype)
 
 
@@ -181,7 +181,7 @@ def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: Ble
                  zrange: torch.Tensor | None = None) -> torch.Tensor:
     """float ``[B, H, W, K]``: the ``"over"`` form's weights, a softmax over the kept faces only
     (summing to 1 where any face is kept, 0 elsewhere)."""
-    shifted, _ = _face_logits(frags, settings, blend_settings, zrange)
+    shifted = _face_logits(frags, settings, blend_settings, zrange)
     e = exp_normal(shifted)
     total = e.sum(dim=-1, keepdim=True)
     return e / torch.where(total > 0, total, torch.ones_like(total))

@@ -416,21 +416,30 @@ def _slot_colors_at(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.T
     if live is not None:
         return _live_colors(screen, w, faces, vertex_colors, face_index, origin, centers, live)
     corner = corner_ids(faces, face_index)  # [N] vertex ids per corner
-    xy = screen[:, :2].t().contiguous()  # [2, V]
-    coords = []
-    for j in range(3):
-        coords += [xy[0].index_select(0, corner[j]).view(rows, cols, K),
-                   xy[1].index_select(0, corner[j]).view(rows, cols, K), None]
     if centers is None:
         px = (torch.arange(cols, device=device) + origin[1]).to(dtype).add_(0.5).view(1, cols, 1)
         py = (torch.arange(rows, device=device) + origin[0]).to(dtype).add_(0.5).view(rows, 1, 1)
     else:
         px = (centers[1].to(dtype) + 0.5).view(rows, 1, 1)
         py = (centers[0].to(dtype) + 0.5).view(rows, 1, 1)
+    bary = _corner_bary(screen, w, corner, px, py, (rows, cols, K))
+    return _color_planes(vertex_colors, face_colors, faces, face_index, bary, corner)
+
+
+def _corner_bary(screen: torch.Tensor, w: torch.Tensor | None, corner, px: torch.Tensor, py: torch.Tensor,
+                 shape) -> list[torch.Tensor]:
+    """:func:`gather_tile`'s barycentrics (clamped, and perspective-correct with clip ``w``) of
+    the faces whose corners are the vertex ids ``corner`` (three int64 ``[N]``) of ``screen``
+    (``[V, 3]``), at the points ``px``, ``py`` (broadcast against ``shape``, the corners' values
+    viewed as it): three float tensors."""
+    xy = screen[:, :2].t().contiguous()  # [2, V]
+    coords = []
+    for j in range(3):
+        coords += [xy[0].index_select(0, corner[j]).view(shape), xy[1].index_select(0, corner[j]).view(shape), None]
     bary = list(_clamped(*_affine(coords, px, py)[1:]))
     if w is not None:  # perspective-correct, as gather_tile
-        bary = _perspective(bary, [w.index_select(0, corner[j]).view(rows, cols, K) for j in range(3)])
-    return _color_planes(vertex_colors, face_colors, faces, face_index, bary, corner)
+        bary = _perspective(bary, [w.index_select(0, corner[j]).view(shape) for j in range(3)])
+    return bary
 
 
 def _live_colors(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tensor, vertex_colors: torch.Tensor,
@@ -442,13 +451,7 @@ def _live_colors(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tens
     at = torch.nonzero(live.reshape(-1)).squeeze(1)  # [N] slots
     px, py = slot_centers(at, K, cols, origin, centers, dtype)
     corner = corner_ids(faces, face_index.reshape(-1).index_select(0, at))
-    xy = screen[:, :2].t().contiguous()  # [2, V]
-    coords = []
-    for j in range(3):
-        coords += [xy[0].index_select(0, corner[j]), xy[1].index_select(0, corner[j]), None]
-    bary = list(_clamped(*_affine(coords, px, py)[1:]))
-    if w is not None:
-        bary = _perspective(bary, [w.index_select(0, corner[j]) for j in range(3)])
+    bary = _corner_bary(screen, w, corner, px, py, (at.numel(),))
     planes = weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary)
     return [torch.zeros(rows * cols * K, dtype=dtype, device=device).index_put_((at,), plane).view(1, rows, cols, K)
             for plane in planes]
