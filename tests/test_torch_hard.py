@@ -271,3 +271,20 @@ def test_bad_input_errors():
         py_gpu.rasterize([1, 2, 3], size=(8, 8))
     with pytest.raises(PyGpuValueError, match="device"):
         TorchBackend(device="not-a-device")
+
+
+@pytest.mark.parametrize("triangles,seed", [(400, 3), (1000, 7), (2500, 11)])
+def test_face_ids_by_depth_bounds_match_the_exact_resolve(triangles, seed):
+    """High-overdraw scenes take the depth-bound resolve of face ids (sorted chunks, exact depths
+    only where bounds overlap); its face ids equal the resolve that stores barycentrics, which
+    compares exact depths everywhere, and the reference's."""
+    from py_gpu.fixtures import seed_fixture
+    from py_gpu.raster import torch_hard as th
+
+    batch = seed_fixture(triangles, 160, 96, seed=seed).to_triangle_batch()
+    settings = RasterSettings()
+    ids = th.global_face_ids(batch, (96, 160), settings)
+    full = th.resolve_faces(batch, (96, 160), settings, with_bary=True)
+    assert torch.equal(ids, full.crop(full.winner))
+    ref = rasterize_reference(batch, (96, 160)).face_index[..., 0]
+    assert torch.equal(torch.where(ids == batch.num_faces, -1, ids), ref)

@@ -192,9 +192,11 @@ def _bary_inputs(scene: _Scene, idx: torch.Tensor, X: torch.Tensor, Y: torch.Ten
             x[0], y[0], x[1], y[1], x[2], y[2], d, z[0], z[1], z[2]]
 
 
-def _zmin(consts: list[torch.Tensor], X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """A conservative nearest depth per face: the affine depth at the snapped corners (covered
-    samples lie inside the snapped triangle) minus a generous rounding margin; -inf if unknown."""
+def _z_range(consts: list[torch.Tensor], X: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Conservative depth bounds ``(zmin, zmax)`` per face: the affine depth at the snapped corners
+    (covered samples lie inside the snapped triangle) minus / plus a generous rounding margin, so
+    that the rule's float depth of every covered sample lies in ``[zmin, zmax]``; ``(-inf, +inf)``
+    if unknown (non-finite values anywhere)."""
     e0x, e0y, e1x, e1y, e2x, e2y, x0, y0, x1, y1, x2, y2, d, z0, z1, z2 = consts
     px, py = X.to(d.dtype) / SUBPIXEL, Y.to(d.dtype) / SUBPIXEL  # [3, n]
     l0 = (e0x * (py - y1) - e0y * (px - x1)) / d
@@ -204,8 +206,10 @@ def _zmin(consts: list[torch.Tensor], X: torch.Tensor, Y: torch.Tensor) -> torch
     cond = _max3(l0.abs() + l1.abs() + l2.abs())
     scale = torch.maximum(torch.maximum(z0.abs(), z1.abs()), z2.abs())
     eps = 1e-9 if d.dtype == torch.float64 else 1e-5
-    zmin = _min3(zc) - eps * (1.0 + cond) * (scale + 1e-300)
-    return torch.where(torch.isfinite(zmin), zmin, -math.inf)
+    margin = eps * (1.0 + cond) * (scale + 1e-300)
+    zmin, zmax = _min3(zc) - margin, _max3(zc) + margin
+    known = torch.isfinite(zmin) & torch.isfinite(zmax)
+    return torch.where(known, zmin, -math.inf), torch.where(known, zmax, math.inf)
 
 
 def _edges(X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
@@ -385,6 +389,7 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     chunk_frags = min(max_frags, _CHUNK_FRAGMENTS)
     sort = est_total > max(chunk_frags, _OVERDRAW_TO_SORT * B * H * W)
     tables = None  # per-face tables of all live faces, in drawing order, when they fit
+    contest = None  # the depth-bound resolve of face ids (sorted chunks without barycentrics)
     if sort:
         # High overdraw: draw front to back by a conservative nearest depth, so that faces
         # hidden behind earlier chunks are rejected cheaply. (The resolve does not depend on
@@ -393,10 +398,13 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
         n_live = g_all.numel()
         keep_tables = 2 * n_live * _BYTES_PER_FACE_TABLES <= work
         zmin = torch.empty(n_live, dtype=scene.dtype, device=dev)
+        zmax = torch.empty_like(zmin) if not with_bary else None
         parts = []
         for start in range(0, n_live, max_block):
             t = _face_tables(scene, g_all[start:start + max_block])
             zmin[start:start + t[2].numel()] = t[2]
+            if zmax is not None:
+                zmax[start:start + t[3].numel()] = t[3]
             if keep_tables:
                 parts.append(t[:2])
             del t
@@ -409,7 +417,10 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
             del parts
             tables = (consts.index_select(0, order), edge_tab.index_select(0, order), zmin.index_select(0, order))
             del consts, edge_tab
-        del order, zmin
+        if not with_bary:  # face ids only: resolved by depth bounds, exact depths only where contested
+            contest = _Contest(buf, g_all, zmin.index_select(0, order), zmax.index_select(0, order),
+                               None if tables is None else tables[0])
+        del order, zmin, zmax
     else:  # low overdraw: early rejection would not pay for itself; chunks only bound memory
         chunk_frags = max_frags
 
@@ -426,20 +437,28 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
         hi = max(hi, lo + 1)
         g, box = g_all[lo:hi], box_all[:, lo:hi]
         tab = _face_tables(scene, g, sort) if tables is None else [t[lo:hi] for t in tables]
+        if contest is not None:
+            contest.base = lo  # the rank of the chunk's first face
         if buf.drawn:
+            if contest is not None:
+                contest.bound(buf)
             buf.summarize()
         if int(nrows_cpu[lo]) > max_spans:  # one face taller than the span budget: split its rows
             for r in range(0, int(nrows_cpu[lo]), max_spans):
                 count = min(max_spans, int(nrows_cpu[lo]) - r)
-                _draw(scene, buf, g, box, tab, r, count, max_runs, False)
+                _draw(scene, buf, g, box, tab, r, count, max_runs, False, contest)
                 buf.drawn = True
+                if contest is not None:
+                    contest.bound(buf)
                 buf.summarize()
         else:
-            kept = _draw(scene, buf, g, box, tab, 0, None, max_runs, sort and buf.drawn)
+            kept = _draw(scene, buf, g, box, tab, 0, None, max_runs, sort and buf.drawn, contest)
             # when most faces of a chunk were hidden, the next chunks can be larger
             grow = min(_MAX_GROW, 1.0 / max(kept, 1.0 / _MAX_GROW))
         buf.drawn = True
         lo = hi
+    if contest is not None:
+        contest.finish(scene, buf)
     return buf
 
 
@@ -498,13 +517,13 @@ def _one_pass(scene: _Scene, buf: _Buffers, settings: RasterSettings, max_spans:
 def _face_tables(scene: _Scene, g: torch.Tensor, with_zmin: bool = True):
     """Per-face setup of global faces ``g [n]``, stacked row-major so that chunks slice and spans
     gather whole rows: float ``[n, 16]`` barycentric constants (:func:`_bary_inputs`), int64
-    ``[n, 12]`` edge values (:func:`_edges`) and float ``[n]`` conservative nearest depth
-    (:func:`_zmin`, ``None`` without ``with_zmin``)."""
+    ``[n, 12]`` edge values (:func:`_edges`) and float ``[n]`` conservative depth bounds ``zmin``,
+    ``zmax`` (:func:`_z_range`, ``None`` without ``with_zmin``)."""
     idx = scene.corners(g)  # [3, n]
     X, Y = scene.snapped(idx)
     consts = _bary_inputs(scene, idx, X, Y)
-    zmin = _zmin(consts, X, Y) if with_zmin else None
-    return torch.stack(consts, dim=1), torch.stack(_edges(X, Y), dim=1), zmin
+    zmin, zmax = _z_range(consts, X, Y) if with_zmin else (None, None)
+    return torch.stack(consts, dim=1), torch.stack(_edges(X, Y), dim=1), zmin, zmax
 
 
 def _take(table, index: torch.Tensor) -> list[torch.Tensor]:
@@ -513,13 +532,14 @@ def _take(table, index: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_count: int | None, max_runs: int,
-          reject: bool) -> float:
+          reject: bool, contest: "_Contest | None" = None) -> float:
     """Rasterize global faces ``g [n]`` with pixel boxes ``box [4, n]`` and per-face ``tables``
     (:func:`_face_tables`) into ``buf``: rows ``row_offset`` .. ``+ row_count`` of each face's
     box, or all of them. With ``reject``, bands of rows and runs hidden behind the buffer are
-    skipped. Returns the fraction of the faces' bands not rejected."""
+    skipped. With ``contest``, coverage is resolved by depth bounds (:class:`_Contest`).
+    Returns the fraction of the faces' bands not rejected."""
     dev = g.device
-    consts, edge_tab, zmin = tables  # [n, 16], [n, 12], [n]
+    consts, edge_tab, zmin = tables[:3]  # [n, 16], [n, 12], [n]
     r0, r1, c0, c1 = box
     b = scene.image_of(g)
     if reject:  # only the bands of rows that may show
@@ -547,7 +567,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     row_id = b.index_select(0, span_face) * buf.Hp + rows  # [S] row of the padded buffers
     lengths = s1 - s0 + 1
     total = int(lengths.sum())
-    if total < _SPARSE_SPAN * s0.numel():
+    if contest is None and total < _SPARSE_SPAN * s0.numel():
         # short spans (small faces): one fragment per covered sample, no wasted lanes
         span_tab = _span_table(consts, span_face, rows, zmin if reject else None)
         gid = g.index_select(0, span_face)
@@ -578,13 +598,18 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
             return kept
         run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
 
+    # sorted faces: each piece also drops the runs hidden behind what the earlier pieces drew
+    span_zmin = None if zmin is None else zmin.index_select(0, span_face)
+    step = min(max_runs, _PIECE_RUNS)
+    if contest is not None:  # coverage only; [S, 3]: covered columns, the face's rank
+        span_int = torch.stack([s0, s1, span_face + contest.base], dim=1)
+        for i0 in range(0, run.numel(), step):
+            contest.cover(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_int, span_zmin)
+        return kept
     span_tab = _span_table(consts, span_face, rows, None)
     span_int = torch.stack([s0, s1, g.index_select(0, span_face)], dim=1)  # [S, 3]: covered columns, face id
     del consts
-    # sorted faces: each piece also drops the runs hidden behind what the earlier pieces drew
-    span_zmin = None if zmin is None else zmin.index_select(0, span_face)
     # (smaller pieces reject more but cost more per call: 2048 runs measured slower than 8192)
-    step = min(max_runs, _PIECE_RUNS)
     for i0 in range(0, run.numel(), step):  # pieces that fit the memory budget (and the cache)
         _fragments(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_tab, span_int, span_zmin=span_zmin)
     return kept
@@ -709,6 +734,15 @@ def _coverage_table(device: torch.device) -> torch.Tensor:
     return table
 
 
+def _covered_lanes(buf: _Buffers, run, s0, s1, col0=None) -> torch.Tensor:
+    """bool ``[R, 8]``: the lanes of runs ``run [R]`` inside their span's covered columns
+    ``[s0, s1]``: first..last (clamped to -1..8), one row of the coverage table per run."""
+    if col0 is None:
+        col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
+    first, last = (s0 - col0).clamp_(-1, _TILE), (s1 - col0).clamp_(-1, _TILE)
+    return _coverage_table(run.device).index_select(0, (first + 1) * (_TILE + 2) + (last + 1))
+
+
 def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = False, span_zmin=None) -> None:
     """Evaluate the ``[R, 8]`` samples of runs ``run [R]`` (of spans ``run_span [R]``) and
     resolve them into ``buf``. Lanes outside their span's covered columns are ignored. With
@@ -726,9 +760,7 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
     tab = span_tab.index_select(0, run_span)[:, :, None].unbind(1)  # 13 x [R, 1]
     lane = torch.arange(_TILE, device=run.device)  # [8]
     col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
-    # covered lanes: first..last (clamped to -1..8), one row of the coverage table per run
-    first, last = (s0 - col0).clamp_(-1, _TILE), (s1 - col0).clamp_(-1, _TILE)
-    covered = _coverage_table(run.device).index_select(0, (first + 1) * (_TILE + 2) + (last + 1))  # [R, 8]
+    covered = _covered_lanes(buf, run, s0, s1, col0)  # [R, 8]
     px = (col0.to(span_tab.dtype) + 0.5)[:, None] + lane.to(span_tab.dtype)  # exact: integers + 0.5
     lz = _bary_depth(tab, px).view(4, -1)  # [4, R*8]: l0, l1, l2, z
     z = lz[3]
@@ -746,6 +778,111 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
         return
     _settle(buf, pix.index_select(0, at_min), old.index_select(0, at_min), gid.index_select(0, at_min >> _TILE_BITS),
             lz, at_min)
+
+
+class _Contest:
+    """Face ids of front-to-back chunks resolved by depth bounds, exact depths only where needed.
+
+    The faces are ranked in drawing order. Every pixel first takes the covering face of lowest
+    rank, ``w``: since later chunks hold higher ranks, a pixel's ``w`` is final once a chunk has
+    covered it. Another face ``f`` covering the pixel can only be nearer than ``w`` (or tie with
+    it) when their depth bounds overlap, ``zmin[f] <= zmax[w]`` (:func:`_z_range`); such a
+    fragment is *contested* and recorded. Faces with unknown bounds count as ``(-inf, +inf)``.
+    :meth:`finish` evaluates the rule's exact depth for the contested fragments and the ``w`` of
+    their pixels (and wherever ``w``'s bounds are unknown) and resolves those pixels as
+    :func:`_settle` does: nearest depth, then lowest global face id. Everywhere else ``w`` wins:
+    every other face covering the pixel lies strictly behind it.
+
+    While drawing, ``best`` holds each pixel's rank, and between chunks ``buf.depth`` holds an
+    upper bound of each pixel's depth (``zmax[w]``, +inf where empty), which the hidden-band and
+    hidden-run rejection use as they use exact depths. :meth:`finish` fills ``buf.winner`` with
+    global face ids and sets ``buf.depth`` to ``None``.
+    """
+
+    def __init__(self, buf: _Buffers, g: torch.Tensor, zmin: torch.Tensor, zmax: torch.Tensor,
+                 consts: torch.Tensor | None):
+        n_live = g.numel()
+        self.consts = consts  # [n_live, 16] barycentric constants by rank (:func:`_face_tables`), or None
+        self.none = n_live  # the rank of "no face"
+        self.g = torch.cat([g, g.new_full((1,), buf.empty)])  # rank -> global face id
+        self.zmax = torch.cat([zmax, zmax.new_full((1,), math.inf)])
+        self.unknown = not bool(torch.isfinite(zmax).all())  # some faces' depths are unbounded
+        self.base = 0  # rank of the first face of the chunk being drawn
+        self.pix: list[torch.Tensor] = []  # contested fragments: pixel ids and ranks
+        self.rank: list[torch.Tensor] = []
+        #: int32 [n + 1]: per pixel the rank of ``w`` (int32: half the memory traffic of int64)
+        self.best = torch.full((buf.n + 1,), n_live, dtype=torch.int32, device=g.device)
+
+    def cover(self, buf: _Buffers, run, run_span, span_int, span_zmin) -> None:
+        """Resolve the covered samples of runs ``run [R]`` (of spans ``run_span``, with
+        ``span_int [S, 3]``: covered columns and rank, ``span_zmin [S]``) into ``buf``."""
+        zlo = span_zmin.index_select(0, run_span)  # [R]
+        s0, s1, rank = span_int.index_select(0, run_span).unbind(1)
+        covered = _covered_lanes(buf, run, s0, s1)  # [R, 8]
+        pix = ((run << _TILE_BITS)[:, None] + torch.arange(_TILE, device=run.device)).view(-1)  # [R*8]
+        lane_rank = torch.where(covered, rank.int()[:, None], self.none).view(-1)
+        self.best.scatter_reduce_(0, pix, lane_rank, reduce="amin", include_self=True)
+        w = self.best.index_select(0, pix)
+        zw = self.zmax.index_select(0, w).view(-1, _TILE)  # [R, 8]: the bound of each pixel's w
+        contested = (covered & (zw >= zlo[:, None])).view(-1) & (w != lane_rank)
+        at = contested.nonzero().squeeze(1)
+        if at.numel():
+            self.pix.append(pix.index_select(0, at))
+            self.rank.append(lane_rank.index_select(0, at))
+
+    def bound(self, buf: _Buffers) -> None:
+        """``buf.depth`` := the depth bound ``zmax[w]`` of every pixel (+inf where empty, -inf in
+        the padding), before the buffer's summaries are refreshed for the next chunk."""
+        torch.index_select(self.zmax, 0, self.best[: buf.n], out=buf.depth)
+        d = buf.depth.view(buf.B, buf.Hp, buf.Wp)
+        d[:, buf.H:].fill_(-math.inf)
+        d[:, :, buf.W:].fill_(-math.inf)
+
+    def finish(self, scene: _Scene, buf: _Buffers) -> None:
+        """Exact resolve of the contested pixels; ``buf.winner`` from ranks to global face ids."""
+        rank = self.best[: buf.n]
+        dev = rank.device
+        slot = torch.zeros(buf.n + 1, dtype=torch.int64, device=dev)  # contested pixels: 1, then their slot
+        if self.pix:
+            slot.index_fill_(0, torch.cat(self.pix), 1)
+        if self.unknown:  # pixels whose w has unbounded depth: is it covered at all?
+            slot[: buf.n] |= (torch.isinf(self.zmax.index_select(0, rank)) & (rank != self.none)).long()
+        winner = self.g.index_select(0, self.best)  # [n + 1]
+        pixels = slot[: buf.n].nonzero().squeeze(1)  # [P]
+        if pixels.numel():
+            cand_pix = torch.cat([pixels, *self.pix])
+            cand_rank = torch.cat([rank.index_select(0, pixels), *self.rank])
+            cand_g = self.g.index_select(0, cand_rank)
+            slot.index_copy_(0, pixels, torch.arange(pixels.numel(), device=dev))
+            slot = slot.index_select(0, cand_pix)  # [N] index into pixels
+            if self.consts is None:
+                idx = scene.corners(cand_g)
+                c = _bary_inputs(scene, idx, *scene.snapped(idx))
+            else:
+                c = self.consts.index_select(0, cand_rank).unbind(1)
+            z = _exact_depth(buf, c, cand_pix)
+            ok = z < math.inf  # NaN and +inf never cover a sample
+            z.masked_fill_(~ok, math.inf)
+            near = torch.full((pixels.numel(),), math.inf, dtype=z.dtype, device=dev)
+            near.scatter_reduce_(0, slot, z, reduce="amin", include_self=True)
+            at = (ok & (z == near.index_select(0, slot))).nonzero().squeeze(1)
+            best = torch.full((pixels.numel(),), buf.empty, dtype=torch.int64, device=dev)
+            best.scatter_reduce_(0, slot.index_select(0, at), cand_g.index_select(0, at), reduce="amin",
+                                 include_self=True)
+            winner.index_copy_(0, pixels, best)
+        buf.winner = winner
+        buf.depth = None
+
+
+def _exact_depth(buf: _Buffers, c, pix: torch.Tensor) -> torch.Tensor:
+    """float ``[N]``: the rule's depth at padded pixel ids ``pix`` of faces with the constants
+    ``c`` (16 x ``[N]``, :func:`_bary_inputs`), in the same operations as the span path
+    (:func:`_span_table`, :func:`_bary_depth`), so the same bits."""
+    rows = torch.div(pix, buf.Wp, rounding_mode="floor") % buf.Hp
+    py = rows.to(c[0].dtype) + 0.5
+    px = (pix % buf.Wp).to(c[0].dtype) + 0.5
+    tab = [c[0] * (py - c[9]), c[2] * (py - c[11]), c[4] * (py - c[7])]  # a_k, as _span_table has them
+    return _bary_depth(tab + [c[k] for k in _SPAN_COLUMNS[6:]], px)[3]
 
 
 def global_face_ids(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> torch.Tensor:
