@@ -424,6 +424,11 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     else:  # low overdraw: early rejection would not pay for itself; chunks only bound memory
         chunk_frags = max_frags
 
+    def summarize():  # the max-depth summaries for the next chunk's rejection
+        if contest is not None:
+            contest.bound(buf)  # from the depth bounds of each pixel's face
+        buf.summarize()
+
     row_ends = torch.cumsum(nrows, 0).cpu()
     est_ends = torch.cumsum(est + 1, 0).cpu()
     nrows_cpu = nrows.cpu()
@@ -440,17 +445,13 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
         if contest is not None:
             contest.base = lo  # the rank of the chunk's first face
         if buf.drawn:
-            if contest is not None:
-                contest.bound(buf)
-            buf.summarize()
+            summarize()
         if int(nrows_cpu[lo]) > max_spans:  # one face taller than the span budget: split its rows
             for r in range(0, int(nrows_cpu[lo]), max_spans):
                 count = min(max_spans, int(nrows_cpu[lo]) - r)
                 _draw(scene, buf, g, box, tab, r, count, max_runs, False, contest)
                 buf.drawn = True
-                if contest is not None:
-                    contest.bound(buf)
-                buf.summarize()
+                summarize()
         else:
             kept = _draw(scene, buf, g, box, tab, 0, None, max_runs, sort and buf.drawn, contest)
             # when most faces of a chunk were hidden, the next chunks can be larger
@@ -881,8 +882,9 @@ def _exact_depth(buf: _Buffers, c, pix: torch.Tensor) -> torch.Tensor:
     rows = torch.div(pix, buf.Wp, rounding_mode="floor") % buf.Hp
     py = rows.to(c[0].dtype) + 0.5
     px = (pix % buf.Wp).to(c[0].dtype) + 0.5
-    tab = [c[0] * (py - c[9]), c[2] * (py - c[11]), c[4] * (py - c[7])]  # a_k, as _span_table has them
-    return _bary_depth(tab + [c[k] for k in _SPAN_COLUMNS[6:]], px)[3]
+    cols = [c[k] for k in _SPAN_COLUMNS]
+    a = [cols[2 * k] * (py - cols[2 * k + 1]) for k in range(3)]  # a_k = e_kx * (py - y_k'), as _span_table
+    return _bary_depth(a + cols[6:], px)[3]
 
 
 def global_face_ids(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings) -> torch.Tensor:
