@@ -288,3 +288,30 @@ def test_face_ids_by_depth_bounds_match_the_exact_resolve(triangles, seed):
     assert torch.equal(ids, full.crop(full.winner))
     ref = rasterize_reference(batch, (96, 160)).face_index[..., 0]
     assert torch.equal(torch.where(ids == batch.num_faces, -1, ids), ref)
+
+
+def test_face_ids_with_unbounded_depths_match_the_reference():
+    """Faces with depths at the largest float have no finite depth bounds (the rounding margin
+    overflows), and some of their samples' depths round to +-inf: the depth-bound resolve must
+    then compare exact depths (+inf does not cover a sample, -inf is nearer than everything), and
+    its face ids still equal the exact resolve's and the reference's."""
+    from py_gpu.fixtures import seed_fixture
+    from py_gpu.raster import torch_hard as th
+
+    batch = seed_fixture(1000, 160, 96, seed=5).to_triangle_batch()
+    v = batch.vertices.clone()
+    big = torch.finfo(torch.float64).max
+    faces = torch.randperm(batch.num_faces, generator=torch.Generator().manual_seed(2))[:120]
+    corners = batch.faces[faces]  # [120, 3]
+    v[0, corners[:40].reshape(-1), 2] = big  # samples at the largest float or +inf ...
+    v[0, corners[:40].reshape(-1), 0] += 64.0  # ... shown where they are alone (x >= 160)
+    v[0, corners[40:80].reshape(-1), 2] = -big  # at minus the largest float or -inf
+    v[0, corners[80:, 0], 2] = big  # one corner: large finite depths near it
+    batch = TriangleBatch(v, batch.faces, face_colors=batch.face_colors)
+    settings = RasterSettings()
+    ids = th.global_face_ids(batch, (96, 224), settings)
+    full = th.resolve_faces(batch, (96, 224), settings, with_bary=True)
+    assert torch.equal(ids, full.crop(full.winner))
+    ref = rasterize_reference(batch, (96, 224)).face_index[..., 0]
+    assert torch.equal(torch.where(ids == batch.num_faces, -1, ids), ref)
+    assert torch.isin(ref, faces[:40]).any() and torch.isin(ref, faces[40:80]).any()

@@ -398,7 +398,8 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
         n_live = g_all.numel()
         keep_tables = 2 * n_live * _BYTES_PER_FACE_TABLES <= work
         zmin = torch.empty(n_live, dtype=scene.dtype, device=dev)
-        zmax = torch.empty_like(zmin) if not with_bary else None
+        contest_wanted = not with_bary  # face ids only: resolved by depth bounds (_Contest)
+        zmax = torch.empty_like(zmin) if contest_wanted else None
         parts = []
         for start in range(0, n_live, max_block):
             t = _face_tables(scene, g_all[start:start + max_block])
@@ -408,7 +409,8 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
             if keep_tables:
                 parts.append(t[:2])
             del t
-        order = torch.sort(zmin.float(), stable=True).indices
+        # (the depth-bound resolve needs ranks in the exact order of zmin; else float32 keys do)
+        order = torch.sort(zmin if contest_wanted else zmin.float(), stable=True).indices
         g_all, nrows, est = (t.index_select(0, order) for t in (g_all, nrows, est))
         box_all = box_all.index_select(1, order)
         if keep_tables:
@@ -417,7 +419,7 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
             del parts
             tables = (consts.index_select(0, order), edge_tab.index_select(0, order), zmin.index_select(0, order))
             del consts, edge_tab
-        if not with_bary:  # face ids only: resolved by depth bounds, exact depths only where contested
+        if contest_wanted:  # exact depths only where contested
             contest = _Contest(buf, g_all, zmin.index_select(0, order), zmax.index_select(0, order),
                                None if tables is None else tables[0])
         del order, zmin, zmax
@@ -599,14 +601,14 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
             return kept
         run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
 
-    # sorted faces: each piece also drops the runs hidden behind what the earlier pieces drew
-    span_zmin = None if zmin is None else zmin.index_select(0, span_face)
     step = min(max_runs, _PIECE_RUNS)
     if contest is not None:  # coverage only; [S, 3]: covered columns, the face's rank
         span_int = torch.stack([s0, s1, span_face + contest.base], dim=1)
         for i0 in range(0, run.numel(), step):
-            contest.cover(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_int, span_zmin)
+            contest.cover(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_int)
         return kept
+    # sorted faces: each piece also drops the runs hidden behind what the earlier pieces drew
+    span_zmin = None if zmin is None else zmin.index_select(0, span_face)
     span_tab = _span_table(consts, span_face, rows, None)
     span_int = torch.stack([s0, s1, g.index_select(0, span_face)], dim=1)  # [S, 3]: covered columns, face id
     del consts
@@ -735,13 +737,18 @@ def _coverage_table(device: torch.device) -> torch.Tensor:
     return table
 
 
-def _covered_lanes(buf: _Buffers, run, s0, s1, col0=None) -> torch.Tensor:
-    """bool ``[R, 8]``: the lanes of runs ``run [R]`` inside their span's covered columns
-    ``[s0, s1]``: first..last (clamped to -1..8), one row of the coverage table per run."""
+def _lane_code(buf: _Buffers, run, s0, s1, col0=None) -> torch.Tensor:
+    """int64 ``[R]``: the row of :func:`_coverage_table` that marks the lanes of runs ``run [R]``
+    inside their span's covered columns ``[s0, s1]`` (first..last, clamped to -1..8)."""
     if col0 is None:
         col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
     first, last = (s0 - col0).clamp_(-1, _TILE), (s1 - col0).clamp_(-1, _TILE)
-    return _coverage_table(run.device).index_select(0, (first + 1) * (_TILE + 2) + (last + 1))
+    return (first + 1) * (_TILE + 2) + (last + 1)
+
+
+def _covered_lanes(buf: _Buffers, run, s0, s1, col0=None) -> torch.Tensor:
+    """bool ``[R, 8]``: the lanes of runs ``run [R]`` inside their span's covered columns ``[s0, s1]``."""
+    return _coverage_table(run.device).index_select(0, _lane_code(buf, run, s0, s1, col0))
 
 
 def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = False, span_zmin=None) -> None:
@@ -784,15 +791,16 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
 class _Contest:
     """Face ids of front-to-back chunks resolved by depth bounds, exact depths only where needed.
 
-    The faces are ranked in drawing order. Every pixel first takes the covering face of lowest
-    rank, ``w``: since later chunks hold higher ranks, a pixel's ``w`` is final once a chunk has
-    covered it. Another face ``f`` covering the pixel can only be nearer than ``w`` (or tie with
-    it) when their depth bounds overlap, ``zmin[f] <= zmax[w]`` (:func:`_z_range`); such a
-    fragment is *contested* and recorded. Faces with unknown bounds count as ``(-inf, +inf)``.
-    :meth:`finish` evaluates the rule's exact depth for the contested fragments and the ``w`` of
-    their pixels (and wherever ``w``'s bounds are unknown) and resolves those pixels as
-    :func:`_settle` does: nearest depth, then lowest global face id. Everywhere else ``w`` wins:
-    every other face covering the pixel lies strictly behind it.
+    The faces are ranked in drawing order, which sorts them by ``zmin``. Every pixel first takes
+    the covering face of lowest rank, ``w``: since later chunks hold higher ranks, a pixel's ``w``
+    is final once a chunk has covered it. Another face ``f`` covering the pixel can only be
+    nearer than ``w`` (or tie with it) when their depth bounds overlap, ``zmin[f] <= zmax[w]``
+    (:func:`_z_range`), that is when ``rank(f) <= reach[w]``, the last rank whose ``zmin`` is at
+    most ``zmax[w]``; such a fragment is *contested* and recorded. Faces with unknown bounds
+    count as ``(-inf, +inf)``. :meth:`finish` evaluates the rule's exact depth for the contested
+    fragments and the ``w`` of their pixels (and wherever ``w``'s bounds are unknown) and
+    resolves those pixels as :func:`_settle` does: nearest depth, then lowest global face id.
+    Everywhere else ``w`` wins: every other face covering the pixel lies strictly behind it.
 
     While drawing, ``best`` holds each pixel's rank, and between chunks ``buf.depth`` holds an
     upper bound of each pixel's depth (``zmax[w]``, +inf where empty), which the hidden-band and
@@ -803,29 +811,37 @@ class _Contest:
     def __init__(self, buf: _Buffers, g: torch.Tensor, zmin: torch.Tensor, zmax: torch.Tensor,
                  consts: torch.Tensor | None):
         n_live = g.numel()
-        self.consts = consts  # [n_live, 16] barycentric constants by rank (:func:`_face_tables`), or None
+        dev = g.device
+        #: [16, n_live] barycentric constants by rank (:func:`_face_tables`, one row per column, so
+        #: that the few candidates of :meth:`finish` gather each with a plain copy), or None
+        self.consts = None if consts is None else consts.T.contiguous()
         self.none = n_live  # the rank of "no face"
         self.g = torch.cat([g, g.new_full((1,), buf.empty)])  # rank -> global face id
         self.zmax = torch.cat([zmax, zmax.new_full((1,), math.inf)])
         self.unknown = not bool(torch.isfinite(zmax).all())  # some faces' depths are unbounded
+        #: int32 [n_live + 1]: per rank the last rank whose zmin is at most its zmax (``zmin`` is
+        #: sorted), -1 for "no face", whose pixels contest nothing
+        reach = torch.searchsorted(zmin, zmax, right=True) - 1
+        self.reach = torch.cat([reach, reach.new_full((1,), -1)]).int()
+        #: int32 [100, 8]: added to a run's rank, per row of :func:`_coverage_table`: 0 on covered
+        #: lanes, ``none`` elsewhere (so an uncovered lane's value is never below "no face")
+        self.lanes = (~_coverage_table(dev)).int() * n_live
         self.base = 0  # rank of the first face of the chunk being drawn
         self.pix: list[torch.Tensor] = []  # contested fragments: pixel ids and ranks
         self.rank: list[torch.Tensor] = []
         #: int32 [n + 1]: per pixel the rank of ``w`` (int32: half the memory traffic of int64)
-        self.best = torch.full((buf.n + 1,), n_live, dtype=torch.int32, device=g.device)
+        self.best = torch.full((buf.n + 1,), n_live, dtype=torch.int32, device=dev)
 
-    def cover(self, buf: _Buffers, run, run_span, span_int, span_zmin) -> None:
+    def cover(self, buf: _Buffers, run, run_span, span_int) -> None:
         """Resolve the covered samples of runs ``run [R]`` (of spans ``run_span``, with
-        ``span_int [S, 3]``: covered columns and rank, ``span_zmin [S]``) into ``buf``."""
-        zlo = span_zmin.index_select(0, run_span)  # [R]
+        ``span_int [S, 3]``: covered columns and rank) into ``buf``."""
         s0, s1, rank = span_int.index_select(0, run_span).unbind(1)
-        covered = _covered_lanes(buf, run, s0, s1)  # [R, 8]
+        lane_rank = (self.lanes.index_select(0, _lane_code(buf, run, s0, s1)) + rank.int()[:, None]).view(-1)
         pix = ((run << _TILE_BITS)[:, None] + torch.arange(_TILE, device=run.device)).view(-1)  # [R*8]
-        lane_rank = torch.where(covered, rank.int()[:, None], self.none).view(-1)
         self.best.scatter_reduce_(0, pix, lane_rank, reduce="amin", include_self=True)
         w = self.best.index_select(0, pix)
-        zw = self.zmax.index_select(0, w).view(-1, _TILE)  # [R, 8]: the bound of each pixel's w
-        contested = (covered & (zw >= zlo[:, None])).view(-1) & (w != lane_rank)
+        # covered (so at least w), not w, and not behind w's bounds; uncovered lanes exceed every reach
+        contested = (lane_rank > w) & (lane_rank <= self.reach.index_select(0, w))
         at = contested.nonzero().squeeze(1)
         if at.numel():
             self.pix.append(pix.index_select(0, at))
@@ -841,36 +857,31 @@ class _Contest:
 
     def finish(self, scene: _Scene, buf: _Buffers) -> None:
         """Exact resolve of the contested pixels; ``buf.winner`` from ranks to global face ids."""
-        rank = self.best[: buf.n]
-        dev = rank.device
-        slot = torch.zeros(buf.n + 1, dtype=torch.int64, device=dev)  # contested pixels: 1, then their slot
-        if self.pix:
-            slot.index_fill_(0, torch.cat(self.pix), 1)
-        if self.unknown:  # pixels whose w has unbounded depth: is it covered at all?
-            slot[: buf.n] |= (torch.isinf(self.zmax.index_select(0, rank)) & (rank != self.none)).long()
         winner = self.g.index_select(0, self.best)  # [n + 1]
-        pixels = slot[: buf.n].nonzero().squeeze(1)  # [P]
-        if pixels.numel():
-            cand_pix = torch.cat([pixels, *self.pix])
-            cand_rank = torch.cat([rank.index_select(0, pixels), *self.rank])
-            cand_g = self.g.index_select(0, cand_rank)
-            slot.index_copy_(0, pixels, torch.arange(pixels.numel(), device=dev))
-            slot = slot.index_select(0, cand_pix)  # [N] index into pixels
+        settle = list(self.pix)  # pixels whose w takes part: those contested (repeats do no harm)
+        if self.unknown:  # and those whose w has unbounded depth: does it cover at all?
+            rank = self.best[: buf.n]
+            settle.append((torch.isinf(self.zmax.index_select(0, rank)) & (rank != self.none)).nonzero().squeeze(1))
+        if settle:
+            settle = torch.cat(settle)
+            pix = torch.cat([settle, *self.pix])  # [N] candidates: the w of those pixels, the contested
+            rank = torch.cat([self.best.index_select(0, settle), *self.rank])
+            gid = self.g.index_select(0, rank)
             if self.consts is None:
-                idx = scene.corners(cand_g)
+                idx = scene.corners(gid)
                 c = _bary_inputs(scene, idx, *scene.snapped(idx))
             else:
-                c = self.consts.index_select(0, cand_rank).unbind(1)
-            z = _exact_depth(buf, c, cand_pix)
+                c = [row.index_select(0, rank) for row in self.consts]
+            z = _exact_depth(buf, c, pix)
             ok = z < math.inf  # NaN and +inf never cover a sample
             z.masked_fill_(~ok, math.inf)
-            near = torch.full((pixels.numel(),), math.inf, dtype=z.dtype, device=dev)
-            near.scatter_reduce_(0, slot, z, reduce="amin", include_self=True)
-            at = (ok & (z == near.index_select(0, slot))).nonzero().squeeze(1)
-            best = torch.full((pixels.numel(),), buf.empty, dtype=torch.int64, device=dev)
-            best.scatter_reduce_(0, slot.index_select(0, at), cand_g.index_select(0, at), reduce="amin",
-                                 include_self=True)
-            winner.index_copy_(0, pixels, best)
+            near = buf.depth  # no longer needed as a bound: the candidates' nearest exact depth
+            near.index_fill_(0, pix, math.inf)
+            near.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
+            at = (ok & (z == near.index_select(0, pix))).nonzero().squeeze(1)
+            winner.index_fill_(0, pix, buf.empty)
+            winner.scatter_reduce_(0, pix.index_select(0, at), gid.index_select(0, at), reduce="amin",
+                                   include_self=True)
         buf.winner = winner
         buf.depth = None
 
