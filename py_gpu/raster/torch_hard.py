@@ -594,18 +594,20 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     run_start = torch.cumsum(nrun, 0) - nrun
     run = (row_id * (buf.Wp >> _TILE_BITS) + t0 - run_start).index_select(0, run_span) \
         + torch.arange(n_run, device=dev)  # [R] run id in the padded buffers
+    code = _run_codes(s0, s1, nrun, run_start, n_run)  # [R] the covered lanes of each run
     if reject:  # runs hidden behind the buffer
         near = zmin.index_select(0, span_face).index_select(0, run_span)
         vis = (buf.row_max.index_select(0, run) >= near).nonzero().squeeze(1)
         if vis.numel() == 0:
             return kept
         run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
+        code = code.index_select(0, vis)
 
     step = min(max_runs, _PIECE_RUNS)
-    if contest is not None:  # coverage only; [S, 3]: covered columns, the face's rank
-        span_int = torch.stack([s0, s1, span_face + contest.base], dim=1)
+    if contest is not None:  # coverage only: the covered lanes of each run and its face's rank
+        rank = (span_face + contest.base).int().index_select(0, run_span)
         for i0 in range(0, run.numel(), step):
-            contest.cover(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_int)
+            contest.cover(run[i0:i0 + step], code[i0:i0 + step], rank[i0:i0 + step])
         return kept
     # sorted faces: each piece also drops the runs hidden behind what the earlier pieces drew
     span_zmin = None if zmin is None else zmin.index_select(0, span_face)
@@ -614,7 +616,8 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     del consts
     # (smaller pieces reject more but cost more per call: 2048 runs measured slower than 8192)
     for i0 in range(0, run.numel(), step):  # pieces that fit the memory budget (and the cache)
-        _fragments(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_tab, span_int, span_zmin=span_zmin)
+        _fragments(buf, run[i0:i0 + step], run_span[i0:i0 + step], span_tab, span_int, span_zmin=span_zmin,
+                   code=code[i0:i0 + step])
     return kept
 
 
@@ -746,16 +749,26 @@ def _lane_code(buf: _Buffers, run, s0, s1, col0=None) -> torch.Tensor:
     return (first + 1) * (_TILE + 2) + (last + 1)
 
 
-def _covered_lanes(buf: _Buffers, run, s0, s1, col0=None) -> torch.Tensor:
-    """bool ``[R, 8]``: the lanes of runs ``run [R]`` inside their span's covered columns ``[s0, s1]``."""
-    return _coverage_table(run.device).index_select(0, _lane_code(buf, run, s0, s1, col0))
+def _run_codes(s0, s1, nrun, run_start, n_run: int) -> torch.Tensor:
+    """int64 ``[R]``: :func:`_lane_code` of every run of spans ``[s0, s1]`` (``nrun`` runs each,
+    the first at ``run_start``), from the spans alone: a span's inner runs are covered whole, its
+    first run from column ``s0 % 8`` and its last up to ``s1 % 8``."""
+    side = _TILE + 2
+    whole = _TILE + 1  # first lane -1, last lane 8 (both clamped)
+    code = torch.full((n_run,), whole, dtype=torch.int64, device=s0.device)
+    first, last = (s0 & (_TILE - 1)) + 1, (s1 & (_TILE - 1)) + 1
+    code.index_copy_(0, run_start, first * side + whole)
+    code.index_copy_(0, run_start + nrun - 1, torch.where(nrun == 1, first * side + last, last))
+    return code
 
 
-def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = False, span_zmin=None) -> None:
+def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = False, span_zmin=None,
+               code=None) -> None:
     """Evaluate the ``[R, 8]`` samples of runs ``run [R]`` (of spans ``run_span [R]``) and
     resolve them into ``buf``. Lanes outside their span's covered columns are ignored. With
     ``span_zmin`` (float ``[S]``, a lower bound of each span's depths), runs lying behind every
-    pixel the buffer holds now are dropped first."""
+    pixel the buffer holds now are dropped first. ``code [R]`` (:func:`_run_codes`) gives each
+    run's covered lanes; without it they are worked out from the runs' columns."""
     runs = buf.depth.view(-1, _TILE)
     if span_zmin is not None:
         old = runs.index_select(0, run)  # [R, 8]
@@ -764,11 +777,16 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
             return
         if vis.numel() != run.numel():
             run, run_span = run.index_select(0, vis), run_span.index_select(0, vis)
-    s0, s1, gid = span_int.index_select(0, run_span).unbind(1)
+            code = None if code is None else code.index_select(0, vis)
     tab = span_tab.index_select(0, run_span)[:, :, None].unbind(1)  # 13 x [R, 1]
     lane = torch.arange(_TILE, device=run.device)  # [8]
     col0 = (run % (buf.Wp >> _TILE_BITS)) << _TILE_BITS  # [R] column of lane 0
-    covered = _covered_lanes(buf, run, s0, s1, col0)  # [R, 8]
+    if code is None:
+        s0, s1, gid = span_int.index_select(0, run_span).unbind(1)
+        code = _lane_code(buf, run, s0, s1, col0)
+    else:
+        gid = span_int[:, 2].index_select(0, run_span)
+    covered = _coverage_table(run.device).index_select(0, code)  # [R, 8]
     px = (col0.to(span_tab.dtype) + 0.5)[:, None] + lane.to(span_tab.dtype)  # exact: integers + 0.5
     lz = _bary_depth(tab, px).view(4, -1)  # [4, R*8]: l0, l1, l2, z
     z = lz[3]
@@ -832,11 +850,10 @@ class _Contest:
         #: int32 [n + 1]: per pixel the rank of ``w`` (int32: half the memory traffic of int64)
         self.best = torch.full((buf.n + 1,), n_live, dtype=torch.int32, device=dev)
 
-    def cover(self, buf: _Buffers, run, run_span, span_int) -> None:
-        """Resolve the covered samples of runs ``run [R]`` (of spans ``run_span``, with
-        ``span_int [S, 3]``: covered columns and rank) into ``buf``."""
-        s0, s1, rank = span_int.index_select(0, run_span).unbind(1)
-        lane_rank = (self.lanes.index_select(0, _lane_code(buf, run, s0, s1)) + rank.int()[:, None]).view(-1)
+    def cover(self, run, code, rank) -> None:
+        """Resolve the covered samples of runs ``run [R]`` (covered lanes ``code [R]``, see
+        :func:`_lane_code`, of faces of int32 rank ``rank [R]``)."""
+        lane_rank = (self.lanes.index_select(0, code) + rank[:, None]).view(-1)
         pix = ((run << _TILE_BITS)[:, None] + torch.arange(_TILE, device=run.device)).view(-1)  # [R*8]
         self.best.scatter_reduce_(0, pix, lane_rank, reduce="amin", include_self=True)
         w = self.best.index_select(0, pix)
