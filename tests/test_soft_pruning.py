@@ -66,11 +66,18 @@ def _counting(monkeypatch) -> dict:
     seen = {"evaluated": 0}
     real = torch_soft._miss_terms
 
+    real_runs = torch_soft._run_geometry
+
     def spy(table, face, *args, **kw):
         seen["evaluated"] += face.numel()
         return real(table, face, *args, **kw)
 
+    def spy_runs(table, face, row, col, left, lanes, *args):  # runs of candidates: those in their span
+        seen["evaluated"] += int(left.clamp(max=lanes).sum())
+        return real_runs(table, face, row, col, left, lanes, *args)
+
     monkeypatch.setattr(torch_soft, "_miss_terms", spy)
+    monkeypatch.setattr(torch_soft, "_run_geometry", spy_runs)
     return seen
 
 

@@ -1151,6 +1151,43 @@ def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return c0 * z[0] + c1 * z[1] + c2 * z[2]
 
 
+def _span_runs(face, row, col0, span_w, lanes: int):
+    """Spans (``[S]`` each) cut into runs of ``lanes`` columns, span by span from the left: int64
+    ``[R]`` face, row, first column and columns left in the span (``> lanes`` except in its last run)."""
+    device = face.device
+    nrun = torch.div(span_w + (lanes - 1), lanes, rounding_mode="floor")
+    R = int(nrun.sum())
+    span = torch.repeat_interleave(torch.arange(face.numel(), device=device), nrun, output_size=R)
+    start = (torch.arange(R, device=device) - (torch.cumsum(nrun, 0) - nrun).index_select(0, span)) * lanes
+    return face.index_select(0, span), row.index_select(0, span), col0.index_select(0, span) + start, \
+        span_w.index_select(0, span) - start
+
+
+def _run_geometry(table: torch.Tensor, face, row, col, left, lanes: int, dist: torch.Tensor,
+                  depth: torch.Tensor) -> None:
+    """:func:`_miss_terms`' ``dist`` and depth (``dist_only``, ``depth``) of the candidates of runs
+    (:func:`_span_runs`: ``[R]`` each), written into ``dist`` and ``depth`` (float ``[R, lanes]``),
+    ``dist = -inf`` on lanes past their span's end. The same operations on the same values, so
+    the same bits, but each run gathers its face's edges once and the row-constant terms are
+    computed once per run, not per candidate. The work is lane-major (``[lanes, R]``), so that
+    every operation's inner loop runs along the runs."""
+    dtype = table.dtype
+    lane = torch.arange(lanes, device=face.device)[:, None]  # [L, 1]
+    px = (col + lane).to(dtype).add_(0.5)  # [L, R]
+    py = row.to(dtype).add_(0.5)  # [R]
+    own = table.index_select(1, face)[:, None]  # [19, 1, R], see _edge_table
+    xa, ya, ex, ey, ee = own[0:3], own[3:6], own[6:9], own[9:12], own[12:15]  # [3, 1, R]: per edge
+    dx, dy = px - xa, py - ya  # [3, L, R], [3, 1, R]
+    cross = torch.sub(ex * dy, ey * dx).div_(own[15])  # soft_geometry's l2, l0, l1
+    inside = torch.minimum(torch.minimum(cross[0], cross[1]), cross[2]) >= 0  # all >= 0 (NaN: not)
+    t = (dx * ex).add_(dy * ey).div_(ee).clamp_(0.0, 1.0)
+    rx, ry = dx.sub_(t * ex), dy - t * ey
+    d2 = (rx * rx).add_(ry * ry)  # [3, L, R]
+    near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
+    torch.where(inside, near, -near, out=dist.T).masked_fill_(lane >= left, -math.inf)
+    depth.T.copy_(_clamped_depth(cross, own[16:19]))
+
+
 def _edge_table(tri: torch.Tensor) -> torch.Tensor:
     """float ``[19, F]``: what :func:`_miss_terms` needs of each of the triangles ``[F, 3, 3]``, one
     contiguous row per value for gathers: per edge ``j`` (from corner ``j`` to corner ``j + 1``,
@@ -1238,9 +1275,14 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     With ``front`` (``(window, nearest, covering)``, see :func:`_front_filter`), the fragments no
     blended image needs are dropped before the K nearest are taken."""
     device, dtype = tri.device, tri.dtype
+    eager = terms is not None and not terms.deferred
+    lanes = _run_lanes(n, face.numel()) if hidden is None and not eager else 0
+    if lanes:
+        _run_chunk(tri, face, row, col0, span_w, lanes, width, reach, K, best_depth, best_face, origin,
+                   log_miss, sigma, fresh, terms, best_dist, front)
+        return
     face_n, row_n, col = _candidates(face, row, col0, span_w, n)
     dist, depth = torch.empty(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
-    eager = terms is not None and not terms.deferred
     for i in range(0, n, _BLOCK):  # blocks whose temporaries stay in the cache
         part = slice(i, i + _BLOCK)
         f, r, c = face_n[part], row_n[part], col[part]
@@ -1267,12 +1309,48 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, nearest faces first
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     fid = face_n.index_select(0, hit)
+    z, d = depth.index_select(0, hit), dist.index_select(0, hit)
+    del dist, depth, face_n, row_n, col
+    _merge_reached(pix, z, fid, d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
+
+
+def _run_lanes(n: int, spans: int) -> int:
+    """Lanes per run for a chunk of ``spans`` spans holding ``n`` candidates: 16 or 8 when the
+    spans are wide enough that runs waste few lanes on their ends, else 0 (one candidate each)."""
+    if n >= 24 * spans:
+        return 16
+    return 8 if n >= 12 * spans else 0
+
+
+def _run_chunk(tri, face, row, col0, span_w, lanes: int, width: int, reach: float, K: int, best_depth, best_face,
+               origin, log_miss, sigma: float, fresh: bool, terms, best_dist, front) -> None:
+    """:func:`_chunk` without ``hidden`` and eager terms, its candidates evaluated in runs
+    (:func:`_run_geometry`); the reached fragments and their order are the same."""
+    run_f, run_r, run_c, left = _span_runs(face, row, col0, span_w, lanes)
+    R = run_f.numel()
+    dist = torch.empty(R, lanes, dtype=tri.dtype, device=tri.device)
+    depth = torch.empty_like(dist)
+    step = max(1, _BLOCK // lanes)
+    for i in range(0, R, step):  # blocks whose temporaries stay in the cache
+        part = slice(i, i + step)
+        _run_geometry(tri, run_f[part], run_r[part], run_c[part], left[part], lanes, dist[part], depth[part])
+    hit = torch.nonzero(dist.view(-1) >= reach).squeeze(1)  # [N] reached, nearest faces first
+    run = hit >> (lanes.bit_length() - 1)
+    pix = ((run_r - origin[0]) * width + (run_c - origin[1])).index_select(0, run) + (hit & (lanes - 1))
+    fid = run_f.index_select(0, run)
+    z, d = depth.view(-1).index_select(0, hit), dist.view(-1).index_select(0, hit)
+    del dist, depth, run_f, run_r, run_c, left, run
+    _merge_reached(pix, z, fid, d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
+
+
+def _merge_reached(pix, z, fid, d, K: int, best_depth, best_face, log_miss, sigma: float, fresh: bool, terms,
+                   best_dist, front) -> None:
+    """The end of :func:`_chunk` for its reached fragments (tile pixel, depth, face and distance,
+    ``[N]`` each, nearest faces first): the silhouette sum, the window filter and the K nearest."""
     if terms is not None:
         terms.close(fid, pix)
-    z, d = depth.index_select(0, hit), dist.index_select(0, hit)
     if log_miss is not None:
         log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
-    del dist, depth, face_n, row_n, col
     if front is not None and pix.numel():
         keep = _front_filter(front, pix, z, d)
         if keep is not None:
