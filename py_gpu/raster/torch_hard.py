@@ -282,17 +282,20 @@ class _Buffers:
         self.drawn = False
         self.one_pass = False
 
-    def summarize(self) -> None:
-        """Refresh the max-depth summaries from the depth buffer (between chunks)."""
-        #: float [B*Hp*(Wp/8)]: max depth over each run of 8 pixels of a row
-        self.row_max = self.depth.view(-1, _TILE).amax(1)
-        #: float [B*(Hp/8)*(Wp/8)]: max depth over each 8x8 tile
+    def summarize(self, values: torch.Tensor | None = None) -> None:
+        """Refresh the max-depth summaries from the depth buffer, or from other per-pixel
+        ``values [B*Hp*Wp]`` that the rejection compares in their place (between chunks)."""
+        values = self.depth if values is None else values
+        #: [B*Hp*(Wp/8)]: max depth over each run of 8 pixels of a row
+        self.row_max = values.view(-1, _TILE).amax(1)
+        #: [B*(Hp/8)*(Wp/8)]: max depth over each 8x8 tile
         self.tile_max = self.row_max.view(-1, _TILE, self.Wp >> _TILE_BITS).amax(1).reshape(-1)
 
     def visible_bands(self, b, r0, r1, c0, c1, zmin):
         """The bands of faces (pixel boxes ``[r0, r1] x [c0, c1]`` of images ``b``, nearest depth
-        ``zmin``) that may show: a band is a face's rows within one row of 8x8 tiles, hidden when
-        every tile it touches lies nearer than ``zmin``. Returns ``(face, first, count, kept)``:
+        ``zmin``, or the rank that :class:`_Contest`'s summaries compare) that may show: a band is
+        a face's rows within one row of 8x8 tiles, hidden when every tile it touches lies nearer
+        than ``zmin``. Returns ``(face, first, count, kept)``:
         per visible band its face (index into the inputs), first row and row count, and the
         fraction of bands kept."""
         dev = b.device
@@ -308,7 +311,8 @@ class _Buffers:
         first_tile = (b.index_select(0, face) * (self.Hp >> _TILE_BITS) + band_row) * wt + tc0.index_select(0, face)
         tile = (first_tile - (torch.cumsum(nt_band, 0) - nt_band)).index_select(0, tile_band) \
             + torch.arange(n_tiles, device=dev)
-        band_max = torch.full((n_bands,), -math.inf, dtype=self.depth.dtype, device=dev)
+        low = -math.inf if self.tile_max.is_floating_point() else torch.iinfo(self.tile_max.dtype).min
+        band_max = torch.full((n_bands,), low, dtype=self.tile_max.dtype, device=dev)
         band_max.scatter_reduce_(0, tile_band, self.tile_max.index_select(0, tile), reduce="amax")
         vis = (band_max >= zmin.index_select(0, face)).nonzero().squeeze(1)
         face, band_row = face.index_select(0, vis), band_row.index_select(0, vis)
@@ -426,10 +430,11 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
     else:  # low overdraw: early rejection would not pay for itself; chunks only bound memory
         chunk_frags = max_frags
 
-    def summarize():  # the max-depth summaries for the next chunk's rejection
+    def summarize():  # the summaries for the next chunk's rejection
         if contest is not None:
-            contest.bound(buf)  # from the depth bounds of each pixel's face
-        buf.summarize()
+            contest.summarize(buf)  # in ranks, from the depth bounds of each pixel's face
+        else:
+            buf.summarize()
 
     row_ends = torch.cumsum(nrows, 0).cpu()
     est_ends = torch.cumsum(est + 1, 0).cpu()
@@ -545,8 +550,12 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     consts, edge_tab, zmin = tables[:3]  # [n, 16], [n, 12], [n]
     r0, r1, c0, c1 = box
     b = scene.image_of(g)
+    # what the rejection compares with the buffer's summaries: the faces' nearest depths, or
+    # with a contest their ranks (its summaries are in ranks)
+    near = zmin if contest is None else torch.arange(contest.base, contest.base + g.numel(), device=dev,
+                                                        dtype=torch.int32)
     if reject:  # only the bands of rows that may show
-        owner, first, counts, kept = buf.visible_bands(b, r0, r1, c0, c1, zmin)
+        owner, first, counts, kept = buf.visible_bands(b, r0, r1, c0, c1, near)
         if owner.numel() == 0:
             return 0.0
     else:
@@ -596,8 +605,8 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
         + torch.arange(n_run, device=dev)  # [R] run id in the padded buffers
     code = _run_codes(s0, s1, nrun, run_start, n_run)  # [R] the covered lanes of each run
     if reject:  # runs hidden behind the buffer
-        near = zmin.index_select(0, span_face).index_select(0, run_span)
-        vis = (buf.row_max.index_select(0, run) >= near).nonzero().squeeze(1)
+        run_near = near.index_select(0, span_face).index_select(0, run_span)
+        vis = (buf.row_max.index_select(0, run) >= run_near).nonzero().squeeze(1)
         if vis.numel() == 0:
             return kept
         run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
@@ -605,7 +614,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
 
     step = min(max_runs, _PIECE_RUNS)
     if contest is not None:  # coverage only: the covered lanes of each run and its face's rank
-        rank = (span_face + contest.base).int().index_select(0, run_span)
+        rank = near.index_select(0, span_face).index_select(0, run_span)
         for i0 in range(0, run.numel(), step):
             contest.cover(run[i0:i0 + step], code[i0:i0 + step], rank[i0:i0 + step])
         return kept
@@ -820,10 +829,12 @@ class _Contest:
     resolves those pixels as :func:`_settle` does: nearest depth, then lowest global face id.
     Everywhere else ``w`` wins: every other face covering the pixel lies strictly behind it.
 
-    While drawing, ``best`` holds each pixel's rank, and between chunks ``buf.depth`` holds an
-    upper bound of each pixel's depth (``zmax[w]``, +inf where empty), which the hidden-band and
-    hidden-run rejection use as they use exact depths. :meth:`finish` fills ``buf.winner`` with
-    global face ids and sets ``buf.depth`` to ``None``.
+    The hidden-band and hidden-run rejection between chunks works in ranks too: a face of rank
+    ``r`` lies behind a pixel exactly when ``r > reach[w]`` (``zmin[r] > zmax[w]``), so the
+    buffer's summaries hold the maxima of ``reach[w]`` (:meth:`summarize`) and the rejection
+    compares ranks with them, with the same outcome as comparing ``zmin`` with the maxima of
+    ``zmax[w]``. :meth:`finish` fills ``buf.winner`` with global face ids and sets ``buf.depth``
+    to ``None``.
     """
 
     def __init__(self, buf: _Buffers, g: torch.Tensor, zmin: torch.Tensor, zmax: torch.Tensor,
@@ -833,22 +844,26 @@ class _Contest:
         #: [16, n_live] barycentric constants by rank (:func:`_face_tables`, one row per column, so
         #: that the few candidates of :meth:`finish` gather each with a plain copy), or None
         self.consts = None if consts is None else consts.T.contiguous()
-        self.none = n_live  # the rank of "no face"
-        self.g = torch.cat([g, g.new_full((1,), buf.empty)])  # rank -> global face id
-        self.zmax = torch.cat([zmax, zmax.new_full((1,), math.inf)])
+        self.none, self.pad = n_live, n_live + 1  # the ranks of "no face" and of the padding
+        self.g = torch.cat([g, g.new_full((2,), buf.empty)])  # rank -> global face id
+        self.zmax = torch.cat([zmax, zmax.new_full((2,), math.inf)])
         self.unknown = not bool(torch.isfinite(zmax).all())  # some faces' depths are unbounded
-        #: int32 [n_live + 1]: per rank the last rank whose zmin is at most its zmax (``zmin`` is
-        #: sorted), -1 for "no face", whose pixels contest nothing
-        reach = torch.searchsorted(zmin, zmax, right=True) - 1
-        self.reach = torch.cat([reach, reach.new_full((1,), -1)]).int()
+        reach = torch.searchsorted(zmin, zmax, right=True).int() - 1
+        #: int32 [n_live + 2]: per rank the last rank whose zmin is at most its zmax (``zmin`` is
+        #: sorted); "no face" and the padding contest nothing
+        self.reach = torch.cat([reach, reach.new_full((2,), -1)])
+        #: int32 [n_live + 2]: what the summaries take of each pixel's rank: ``reach``, and where
+        #: no face is, past every rank (nothing is hidden there); the padding hides everything
+        self.hides = torch.cat([reach, reach.new_tensor([n_live, -1])])
         #: int32 [100, 8]: added to a run's rank, per row of :func:`_coverage_table`: 0 on covered
-        #: lanes, ``none`` elsewhere (so an uncovered lane's value is never below "no face")
-        self.lanes = (~_coverage_table(dev)).int() * n_live
+        #: lanes, ``pad`` elsewhere (so an uncovered lane's value is never below a pixel's own)
+        self.lanes = (~_coverage_table(dev)).int() * self.pad
         self.base = 0  # rank of the first face of the chunk being drawn
         self.pix: list[torch.Tensor] = []  # contested fragments: pixel ids and ranks
         self.rank: list[torch.Tensor] = []
         #: int32 [n + 1]: per pixel the rank of ``w`` (int32: half the memory traffic of int64)
         self.best = torch.full((buf.n + 1,), n_live, dtype=torch.int32, device=dev)
+        self.best[: buf.n].masked_fill_(buf.depth == -math.inf, self.pad)  # the padding (drawn nothing yet)
 
     def cover(self, run, code, rank) -> None:
         """Resolve the covered samples of runs ``run [R]`` (covered lanes ``code [R]``, see
@@ -864,13 +879,9 @@ class _Contest:
             self.pix.append(pix.index_select(0, at))
             self.rank.append(lane_rank.index_select(0, at))
 
-    def bound(self, buf: _Buffers) -> None:
-        """``buf.depth`` := the depth bound ``zmax[w]`` of every pixel (+inf where empty, -inf in
-        the padding), before the buffer's summaries are refreshed for the next chunk."""
-        torch.index_select(self.zmax, 0, self.best[: buf.n], out=buf.depth)
-        d = buf.depth.view(buf.B, buf.Hp, buf.Wp)
-        d[:, buf.H:].fill_(-math.inf)
-        d[:, :, buf.W:].fill_(-math.inf)
+    def summarize(self, buf: _Buffers) -> None:
+        """The buffer's summaries for the next chunk's rejection, in ranks (see the class)."""
+        buf.summarize(self.hides.index_select(0, self.best[: buf.n]))
 
     def finish(self, scene: _Scene, buf: _Buffers) -> None:
         """Exact resolve of the contested pixels; ``buf.winner`` from ranks to global face ids."""
@@ -878,7 +889,7 @@ class _Contest:
         settle = list(self.pix)  # pixels whose w takes part: those contested (repeats do no harm)
         if self.unknown:  # and those whose w has unbounded depth: does it cover at all?
             rank = self.best[: buf.n]
-            settle.append((torch.isinf(self.zmax.index_select(0, rank)) & (rank != self.none)).nonzero().squeeze(1))
+            settle.append((torch.isinf(self.zmax.index_select(0, rank)) & (rank < self.none)).nonzero().squeeze(1))
         if settle:
             settle = torch.cat(settle)
             pix = torch.cat([settle, *self.pix])  # [N] candidates: the w of those pixels, the contested
