@@ -53,7 +53,7 @@ from .rule import HALF_PIXEL, SUBPIXEL
 _BYTES_PER_PIXEL = 24  # depth buffer (8) + face buffer (8) + tile summaries / scratch
 _BYTES_PER_LIVE_FACE = 96  # kept for every live face: id, zmin, bbox, sort keys
 _BYTES_PER_SETUP_FACE = 640  # setup temporaries per face of a block
-_BYTES_PER_FACE_TABLES = 232  # per-face tables kept for all live faces when sorting (optional)
+_BYTES_PER_FACE_TABLES = 248  # per-face tables kept for all live faces when sorting (optional)
 _BYTES_PER_SPAN = 480  # per (face, row) span
 _BYTES_PER_LANE = 240  # per sample of a piece of 8-pixel runs
 #: Estimated fragments per front-to-back chunk: small enough for early depth rejection to bite,
@@ -213,12 +213,17 @@ def _z_range(consts: list[torch.Tensor], X: torch.Tensor, Y: torch.Tensor) -> tu
 
 
 def _edges(X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
-    """12 int64 ``[n]`` per-face values for the exact column spans of each pixel row.
+    """14 int64 ``[n]`` per-face values for the exact column spans of each pixel row.
 
     With the face oriented positively, edge k's function at the sample of (col, row) is
     ``E_k = dx_k * py + k_k + beta_k * col`` with ``py = 256 row + 128`` (in subpixels), and the
-    sample is covered when every ``E_k >= t_k`` (``t = 0`` on owned edges, 1 otherwise).
-    In order: ``dx[0..2], k[0..2], beta[0..2], t[0..2]``.
+    sample is covered when every ``E_k >= t_k`` (``t = 0`` on owned edges, 1 otherwise), that is
+    ``beta_k * col >= -m_k`` with ``m_k = dx_k * py + (k_k - t_k)``. An edge with ``beta > 0``
+    bounds the covered columns from the left, one with ``beta < 0`` from the right, and a flat
+    one (``beta = 0``) covers a row whole or not at all. A live face has one or two edges of each
+    side and at most one flat edge, so the table holds them by role: two left edges ``dx, k - t,
+    beta``, two right edges ``dx, k - t, -beta`` (an edge twice when it is its side's only one),
+    then the flat edge's ``dx, k - t`` (zeros when there is none: it then excludes nothing).
     """
     area = (X[1] - X[0]) * (Y[2] - Y[0]) - (Y[1] - Y[0]) * (X[2] - X[0])
     flip = area < 0
@@ -227,30 +232,42 @@ def _edges(X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
     ax, ay = X, Y
     dx, dy = X.roll(-1, 0) - ax, Y.roll(-1, 0) - ay  # [3, n]
     owned = (dy < 0) | ((dy == 0) & (dx < 0))
-    # E(col, py) = dx*(py - ay) - dy*(256 col + 128 - ax) = dx*py + k + beta*col
-    k = -dx * ay - dy * (HALF_PIXEL - ax)
+    # E(col, py) - t = dx*(py - ay) - dy*(256 col + 128 - ax) - t = dx*py + kt + beta*col
+    kt = -dx * ay - dy * (HALF_PIXEL - ax) - (~owned).long()
     beta = -dy * SUBPIXEL
-    t = (~owned).long()
-    return [*dx, *k, *beta, *t]
+
+    def pick(mask: torch.Tensor, last: bool) -> torch.Tensor:  # [1, n]: the first / last edge in mask
+        m = mask.flip(0) if last else mask
+        j = m.to(torch.uint8).argmax(0, keepdim=True)
+        return 2 - j if last else j
+
+    left, right, flat = beta > 0, beta < 0, beta == 0
+    cols = []
+    for mask, sign in ((left, 1), (right, -1)):
+        for last in (False, True):
+            j = pick(mask, last)
+            cols += [dx.gather(0, j)[0], kt.gather(0, j)[0], sign * beta.gather(0, j)[0]]
+    j = pick(flat, False)
+    has_flat = flat.any(0)
+    cols += [torch.where(has_flat, dx.gather(0, j)[0], 0), torch.where(has_flat, kt.gather(0, j)[0], 0)]
+    return cols
 
 
 def _row_spans(edges: list[torch.Tensor], rows: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
     """Exact covered columns ``[s0, s1]`` (int64 ``[S]`` each) of spans on ``rows`` with gathered
     per-span ``edges`` (see :func:`_edges`), clipped to ``[c0, c1]``."""
     py = rows * SUBPIXEL + HALF_PIXEL  # [S]
-    s0, s1, dead = c0, c1, None
-    for j in range(3):
-        dx, k, beta, t = edges[j], edges[3 + j], edges[6 + j], edges[9 + j]
-        need = t - (dx * py + k)  # covered where beta * col >= need
-        safe = torch.where(beta == 0, 1, beta)
-        q = torch.div(need, safe, rounding_mode="floor")
-        # beta > 0: col >= ceil(need / beta); beta < 0: col <= floor(need / beta)
-        s0 = torch.where(beta > 0, torch.maximum(s0, q + (q * safe != need).long()), s0)
-        s1 = torch.where(beta < 0, torch.minimum(s1, q), s1)
-        flat_dead = (beta == 0) & (need > 0)
-        dead = flat_dead if dead is None else dead | flat_dead
-    s1 = torch.where(dead, -1, s1)
-    return s0, s1
+    s0, s1 = c0, c1
+    for j in (0, 3):  # left edges: col >= ceil(-m / beta) = -floor(m / beta)
+        dx, kt, beta = edges[j:j + 3]
+        m = (dx * py).add_(kt)
+        s0 = torch.maximum(s0, torch.div(m, beta, rounding_mode="floor").neg_())
+    for j in (6, 9):  # right edges, with -beta > 0: col <= floor(-m / beta) = floor(m / -beta)
+        dx, kt, nbeta = edges[j:j + 3]
+        m = (dx * py).add_(kt)
+        s1 = torch.minimum(s1, torch.div(m, nbeta, rounding_mode="floor"))
+    dead = (edges[12] * py).add_(edges[13]) < 0  # the flat edge excludes the whole row
+    return s0, torch.where(dead, -1, s1)
 
 
 class _Buffers:
@@ -502,7 +519,7 @@ def _one_pass(scene: _Scene, buf: _Buffers, settings: RasterSettings, max_spans:
     if n_spans == 0:
         return True
     consts = torch.stack(_bary_inputs(scene, idx, X, Y), dim=1)  # [n, 16]
-    edge_tab = torch.stack(_edges(X, Y), dim=1)  # [n, 12]
+    edge_tab = torch.stack(_edges(X, Y), dim=1)  # [n, 14]
     span_face = torch.repeat_interleave(g, nrows, output_size=n_spans)  # [S]
     span_start = torch.cumsum(nrows, 0) - nrows
     rows = (r0 - span_start).index_select(0, span_face) + torch.arange(n_spans, device=dev)
@@ -525,7 +542,7 @@ def _one_pass(scene: _Scene, buf: _Buffers, settings: RasterSettings, max_spans:
 def _face_tables(scene: _Scene, g: torch.Tensor, with_zmin: bool = True):
     """Per-face setup of global faces ``g [n]``, stacked row-major so that chunks slice and spans
     gather whole rows: float ``[n, 16]`` barycentric constants (:func:`_bary_inputs`), int64
-    ``[n, 12]`` edge values (:func:`_edges`) and float ``[n]`` conservative depth bounds ``zmin``,
+    ``[n, 14]`` edge values (:func:`_edges`) and float ``[n]`` conservative depth bounds ``zmin``,
     ``zmax`` (:func:`_z_range`, ``None`` without ``with_zmin``)."""
     idx = scene.corners(g)  # [3, n]
     X, Y = scene.snapped(idx)
@@ -547,7 +564,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     skipped. With ``contest``, coverage is resolved by depth bounds (:class:`_Contest`).
     Returns the fraction of the faces' bands not rejected."""
     dev = g.device
-    consts, edge_tab, zmin = tables[:3]  # [n, 16], [n, 12], [n]
+    consts, edge_tab, zmin = tables[:3]  # [n, 16], [n, 14], [n]
     r0, r1, c0, c1 = box
     b = scene.image_of(g)
     # what the rejection compares with the buffer's summaries: the faces' nearest depths, or
@@ -569,7 +586,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     span_start = torch.cumsum(counts, 0) - counts
     rows = (first - span_start).index_select(0, span_owner) + torch.arange(n_spans, device=dev)
     span_face = span_owner if owner is None else owner.index_select(0, span_owner)
-    edges = edge_tab.index_select(0, span_face).unbind(1)  # 12 x [S]
+    edges = edge_tab.index_select(0, span_face).unbind(1)  # 14 x [S]
     s0, s1 = _row_spans(edges, rows, c0.index_select(0, span_face), c1.index_select(0, span_face))
     del edges
     keep = (s1 >= s0).nonzero().squeeze(1)
