@@ -21,7 +21,7 @@ import torch
 from .._check import PyGpuValueError, resolve_device
 from ..contracts import Fragments, Frame, TriangleBatch
 from ..image import quantize
-from ..raster.torch_hard import compute_dtype, global_face_ids, rasterize_hard, rasterize_hard_exact
+from ..raster.torch_hard import compute_dtype, global_face_rows, rasterize_hard, rasterize_hard_exact
 from ..raster.torch_soft import rasterize_soft
 from ..settings import BlendSettings, RasterSettings
 from ..shading.composite import background_tensor, render_soft_frame, shade_hard
@@ -95,14 +95,13 @@ class TorchBackend(Backend):
         batch, settings = self._prepare(batch, settings)
         dev, B, F = batch.device, batch.batch_size, batch.num_faces
         dtype = compute_dtype(dev)  # the dtype render_frame shades in, so the 8-bit colors agree
-        face = global_face_ids(batch, size, settings)  # [B, H, W]: b * F + f, B * F where empty
         if colors is None:
             table = torch.full((B * F, 3), 255, dtype=torch.uint8, device=dev)  # white
         else:
             table = quantize(colors[..., :3].to(device=dev, dtype=dtype)).reshape(B * F, 3)  # uint8
         bg = quantize(background_tensor(background, 3, dtype, dev)).view(1, 3)
         table = torch.cat([table, bg])  # row B * F: the background
-        return table.index_select(0, face.reshape(-1)).view(B, *size, 3)
+        return global_face_rows(batch, size, settings, table)  # each pixel's face's row, b * F + f
 
 
 def register() -> None:

@@ -298,6 +298,9 @@ class _Buffers:
         self.bary = torch.zeros(3, self.n + 1, dtype=dtype, device=device) if with_bary else None
         self.drawn = False
         self.one_pass = False
+        #: face ids resolved in ranks (:class:`_Contest`, then ``winner`` is None): int32 ``[n + 1]``
+        #: rank per pixel and int64 ``[ranks + 2]`` global face id per rank
+        self.ranks: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def summarize(self, values: torch.Tensor | None = None) -> None:
         """Refresh the max-depth summaries from the depth buffer, or from other per-pixel
@@ -901,8 +904,8 @@ class _Contest:
         buf.summarize(self.hides.index_select(0, self.best[: buf.n]))
 
     def finish(self, scene: _Scene, buf: _Buffers) -> None:
-        """Exact resolve of the contested pixels; ``buf.winner`` from ranks to global face ids."""
-        winner = self.g.index_select(0, self.best)  # [n + 1]
+        """Exact resolve of the contested pixels into ``best``; ``buf.ranks`` := ``(best, g)``:
+        per pixel (and the sink slot) its face's rank, and per rank its global face id."""
         settle = list(self.pix)  # pixels whose w takes part: those contested (repeats do no harm)
         if self.unknown:  # and those whose w has unbounded depth: does it cover at all?
             rank = self.best[: buf.n]
@@ -924,11 +927,12 @@ class _Contest:
             near.index_fill_(0, pix, math.inf)
             near.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
             at = (ok & (z == near.index_select(0, pix))).nonzero().squeeze(1)
-            winner.index_fill_(0, pix, buf.empty)
-            winner.scatter_reduce_(0, pix.index_select(0, at), gid.index_select(0, at), reduce="amin",
-                                   include_self=True)
-        buf.winner = winner
-        buf.depth = None
+            won = buf.winner  # unused so far (every slot empty): the nearest candidates' lowest global id
+            won.scatter_reduce_(0, pix.index_select(0, at), gid.index_select(0, at), reduce="amin", include_self=True)
+            rank_of = torch.full((buf.empty + 1,), self.none, dtype=torch.int32, device=pix.device)
+            rank_of.index_copy_(0, self.g[: self.none], torch.arange(self.none, dtype=torch.int32, device=pix.device))
+            self.best.index_copy_(0, pix, rank_of.index_select(0, won.index_select(0, pix)))  # none where none covers
+        buf.ranks, buf.winner, buf.depth = (self.best, self.g), None, None
 
 
 def _exact_depth(buf: _Buffers, c, pix: torch.Tensor) -> torch.Tensor:
@@ -947,7 +951,24 @@ def global_face_ids(batch: TriangleBatch, size: tuple[int, int], settings: Raste
     """int64 ``[B, H, W]``: the global face id ``b * F + f`` of every pixel's face, ``B * F`` where
     empty (a row index into a ``[B * F + 1, ...]`` table whose last row is the background)."""
     buf = resolve_faces(batch, size, settings, with_bary=False)
+    if buf.winner is None:  # resolved in ranks (_Contest)
+        best, g = buf.ranks
+        return buf.crop(g.index_select(0, best))
     return buf.crop(buf.winner)
+
+
+def global_face_rows(batch: TriangleBatch, size: tuple[int, int], settings: RasterSettings,
+                     table: torch.Tensor) -> torch.Tensor:
+    """``[B, H, W, C]``: the row of ``table`` (``[B * F + 1, C]``, the last row for empty pixels)
+    of every pixel's face, as ``table[global_face_ids(...)]``. Where the faces were resolved in
+    ranks, the few rows of the drawn faces are gathered first, then by rank."""
+    buf = resolve_faces(batch, size, settings, with_bary=False)
+    if buf.winner is None:  # resolved in ranks (_Contest)
+        best, g = buf.ranks
+        rows = table.index_select(0, g).index_select(0, best)  # [n + 1, C]
+    else:
+        rows = table.index_select(0, buf.winner)
+    return rows[: buf.n].view(buf.B, buf.Hp, buf.Wp, -1)[:, : buf.H, : buf.W].contiguous()
 
 
 # --------------------------------------------------------------------------------------------
