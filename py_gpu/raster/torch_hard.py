@@ -883,7 +883,8 @@ class _Contest:
         self.rank: list[torch.Tensor] = []
         #: int32 [n + 1]: per pixel the rank of ``w`` (int32: half the memory traffic of int64)
         self.best = torch.full((buf.n + 1,), n_live, dtype=torch.int32, device=dev)
-        self.best[: buf.n].masked_fill_(buf.depth == -math.inf, self.pad)  # the padding (drawn nothing yet)
+        if (buf.Hp, buf.Wp) != (buf.H, buf.W):
+            self.best[: buf.n].masked_fill_(buf.depth == -math.inf, self.pad)  # the padding (drawn nothing yet)
 
     def cover(self, run, code, rank) -> None:
         """Resolve the covered samples of runs ``run [R]`` (covered lanes ``code [R]``, see
