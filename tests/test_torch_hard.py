@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -273,15 +275,43 @@ def test_bad_input_errors():
         TorchBackend(device="not-a-device")
 
 
+def _contest_mode(monkeypatch, mode: str):
+    """How high-overdraw face ids are resolved: as the frame's predicted contention says, always by
+    depth bounds, or by depth bounds flushed after every piece (the memory cap at its smallest)."""
+    from py_gpu.raster import torch_hard as th
+
+    calls = {"finish": 0, "flush": 0}
+    finish, flush = th._Contest.finish, th._Contest.flush
+
+    def counted_finish(self, *args):
+        calls["finish"] += 1
+        return finish(self, *args)
+
+    def counted_flush(self, *args):
+        calls["flush"] += 1
+        return flush(self, *args)
+
+    monkeypatch.setattr(th._Contest, "finish", counted_finish)
+    monkeypatch.setattr(th._Contest, "flush", counted_flush)
+    if mode != "predicted":
+        monkeypatch.setattr(th, "_CONTEST_SHARE", math.inf)
+    if mode == "flushed":
+        monkeypatch.setattr(th, "_BYTES_PER_CONTESTED", 1 << 40)  # cap = 1 fragment
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["predicted", "bounds", "flushed"])
 @pytest.mark.parametrize("triangles,seed,size", [(400, 3, (96, 160)), (1000, 7, (93, 157)), (2500, 11, (96, 160))])
-def test_face_ids_by_depth_bounds_match_the_exact_resolve(triangles, seed, size):
+def test_face_ids_by_depth_bounds_match_the_exact_resolve(monkeypatch, triangles, seed, size, mode):
     """High-overdraw scenes take the depth-bound resolve of face ids (sorted chunks, exact depths
-    only where bounds overlap, rejection in ranks; 93x157 pads the buffers); its face ids equal
-    the resolve that stores barycentrics, which compares exact depths everywhere, and the
-    reference's."""
+    only where bounds overlap, rejection in ranks; 93x157 pads the buffers) when few fragments
+    are predicted to be contested, else exact depths throughout; either way, and with the
+    contested fragments flushed after every piece, the face ids equal the resolve that stores
+    barycentrics, which compares exact depths everywhere, and the reference's."""
     from py_gpu.fixtures import seed_fixture
     from py_gpu.raster import torch_hard as th
 
+    calls = _contest_mode(monkeypatch, mode)
     batch = seed_fixture(triangles, size[1], size[0], seed=seed).to_triangle_batch()
     settings = RasterSettings()
     ids = th.global_face_ids(batch, size, settings)
@@ -289,9 +319,13 @@ def test_face_ids_by_depth_bounds_match_the_exact_resolve(triangles, seed, size)
     assert torch.equal(ids, full.crop(full.winner))
     ref = rasterize_reference(batch, size).face_index[..., 0]
     assert torch.equal(torch.where(ids == batch.num_faces, -1, ids), ref)
+    assert calls["finish"] == (1 if mode != "predicted" else int(triangles == 400))  # 400: little contention
+    if mode == "flushed":
+        assert calls["flush"] > 2
 
 
-def test_face_ids_with_unbounded_depths_match_the_reference():
+@pytest.mark.parametrize("mode", ["bounds", "flushed"])
+def test_face_ids_with_unbounded_depths_match_the_reference(monkeypatch, mode):
     """Faces with depths at the largest float have no finite depth bounds (the rounding margin
     overflows), and some of their samples' depths round to +-inf: the depth-bound resolve must
     then compare exact depths (+inf does not cover a sample, -inf is nearer than everything), and
@@ -299,6 +333,7 @@ def test_face_ids_with_unbounded_depths_match_the_reference():
     from py_gpu.fixtures import seed_fixture
     from py_gpu.raster import torch_hard as th
 
+    calls = _contest_mode(monkeypatch, mode)
     batch = seed_fixture(1000, 160, 96, seed=5).to_triangle_batch()
     v = batch.vertices.clone()
     big = torch.finfo(torch.float64).max
@@ -316,3 +351,4 @@ def test_face_ids_with_unbounded_depths_match_the_reference():
     ref = rasterize_reference(batch, (96, 224)).face_index[..., 0]
     assert torch.equal(torch.where(ids == batch.num_faces, -1, ids), ref)
     assert torch.isin(ref, faces[:40]).any() and torch.isin(ref, faces[40:80]).any()
+    assert calls["finish"] == 1
