@@ -27,7 +27,9 @@ Two stages:
    - The resolve is in place: ``scatter_reduce("amin")`` of depth, then of the face id among
      the fragments at the new minimum, then the winners' barycentrics are stored. Minima are
      exact, so the result does not depend on the scatter order: deterministic on every device.
-   :func:`global_face_ids` stops here without storing barycentrics (flat shading).
+   :func:`global_face_ids` stops here without storing barycentrics (flat shading). On sorted
+   frames where few fragments are predicted to be contested, it resolves by per-face depth
+   bounds instead, with exact depths only where bounds overlap (:class:`_Contest`).
 2. **Fragments** (:func:`pixel_fragments`). Without gradients, stage 1's values are final.
    When the vertices need gradients, barycentrics and depth of each covered pixel's winner are
    evaluated again from the unsnapped positions, with autograd, in exactly the expressions of
