@@ -246,21 +246,17 @@ def _edges(X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
     kt = -dx * ay - dy * (HALF_PIXEL - ax) - (~owned).long()
     beta = -dy * SUBPIXEL
 
-    def pick(mask: torch.Tensor, last: bool) -> torch.Tensor:  # [1, n]: the first / last edge in mask
-        m = mask.flip(0) if last else mask
-        j = m.to(torch.uint8).argmax(0, keepdim=True)
-        return 2 - j if last else j
-
     left, right, flat = beta > 0, beta < 0, beta == 0
-    cols = []
-    for mask, sign in ((left, 1), (right, -1)):
-        for last in (False, True):
-            j = pick(mask, last)
-            cols += [dx.gather(0, j)[0], kt.gather(0, j)[0], sign * beta.gather(0, j)[0]]
-    j = pick(flat, False)
+    rows = []  # [3, 1, n] per role: (dx, k - t, +-beta) of the role's edge
+    for mask, values in ((left, torch.stack([dx, kt, beta])), (right, torch.stack([dx, kt, -beta]))):
+        first = torch.where(mask[0], 0, torch.where(mask[1], 1, 2))  # [n]: the side's first edge ...
+        last = torch.where(mask[2], 2, torch.where(mask[1], 1, 0))  # ... and its last (the same if one)
+        for j in (first, last):
+            rows.append(values.gather(1, j.expand(3, 1, -1)))
+    j = torch.where(flat[0], 0, torch.where(flat[1], 1, 2))
     has_flat = flat.any(0)
-    cols += [torch.where(has_flat, dx.gather(0, j)[0], 0), torch.where(has_flat, kt.gather(0, j)[0], 0)]
-    return cols
+    rows.append(torch.stack([dx, kt]).gather(1, j.expand(2, 1, -1)) * has_flat)  # zeros: no flat edge
+    return list(torch.cat(rows).view(14, -1).unbind(0))
 
 
 def _row_spans(edges: list[torch.Tensor], rows: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
