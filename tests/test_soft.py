@@ -634,3 +634,23 @@ def test_exp_normal_is_exp_except_where_the_result_is_not_normal(dtype):
     assert torch.equal(got.detach()[~normal], torch.zeros(int((~normal).sum()), dtype=dtype))
     assert torch.equal(grad[~normal], torch.zeros(int((~normal).sum()), dtype=dtype))
     assert torch.equal(1.0 - got.detach()[~normal], 1.0 - want[~normal])
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 4, 8, 16])
+def test_first_covering_slot_matches_the_reduction(K):
+    """The nearest covering slot of each pixel, read from the K flags as the bytes of one integer
+    (K of 2, 4, 8), equals the plain reduction over the slots for every pattern of flags, on
+    contiguous and strided flags."""
+    import itertools
+
+    from py_gpu.shading.blend import _first_set
+
+    g = torch.Generator().manual_seed(K)
+    flags = torch.rand(257, K, generator=g) > 0.7
+    if K <= 8:
+        flags = torch.cat([flags, torch.tensor(list(itertools.product([False, True], repeat=K)))])
+    for f in (flags.reshape(-1, 1, K), flags.t().contiguous().t()):
+        slots = torch.arange(K)
+        want = torch.where(f, slots, K).amin(-1, keepdim=True).clamp(max=K - 1)
+        first, any_set = _first_set(f)
+        assert torch.equal(first, want) and torch.equal(any_set, f.any(-1))

@@ -29,6 +29,7 @@ With ``D_k = sigmoid(dist_k / sigma)`` the soft coverage of the k-th kept face a
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 
 import torch
@@ -212,6 +213,32 @@ def blend_planes(planes, frags: Fragments, background: torch.Tensor, settings: R
                         for c, plane in enumerate(planes)], dim=-1)
 
 
+#: Integer types whose bytes hold the K flags of a pixel, for K of 2, 4 and 8 (see :func:`_first_set`).
+_FLAG_WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _first_set(flags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 ``[..., 1]``: the first ``k`` with ``flags[..., k]`` (``K - 1`` where none), and bool
+    ``[...]``: whether any is set, of bool ``flags [..., K]``.
+
+    For K of 2, 4 or 8 on a little-endian machine, a pixel's K flags are the bytes of one integer:
+    flag ``k`` is bit ``8 k``, so the lowest set bit (``x & -x``, a power of two, exact in
+    float32) gives ``k = log2 / 8``; torch's CPU reductions over a short last dim are several
+    times slower (0.70 against 0.10 ms for 16,384 pixels of 8 slots)."""
+    K = flags.shape[-1]
+    word = _FLAG_WORDS.get(K) if sys.byteorder == "little" else None
+    if word is not None and flags.is_contiguous():
+        x = flags.view(word)[..., 0].long() if word != torch.int64 else flags.view(word)[..., 0]
+        any_set = x != 0
+        low = (x & -x).clamp_(min=1).to(torch.float32)  # 2^(8k) (exact in float32), 1 where none
+        first = torch.log2(low).mul_(0.125).round_().to(torch.int64)
+        return torch.where(any_set, first, K - 1)[..., None], any_set
+    # int32 ranks: torch's CPU min over a short last dim is about 30x slower in int64
+    slots = torch.arange(K, dtype=torch.int32, device=flags.device)
+    rank = torch.where(flags, slots, torch.full_like(slots, K))
+    return rank.amin(dim=-1, keepdim=True).clamp(max=K - 1).long(), flags.any(dim=-1)
+
+
 def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The nearest kept face whose triangle contains the pixel center (``dist >= 0``).
 
@@ -219,12 +246,7 @@ def nearest_covering(frags: Fragments) -> tuple[torch.Tensor, torch.Tensor, torc
     (+inf where none) and int64 ``[B, H, W]`` its slot in ``K`` (clamped to a valid slot where none).
     """
     covering = frags.mask & (frags.dist >= 0)  # [B, H, W, K]
-    K = covering.shape[-1]
-    # int32 ranks: torch's CPU min over a short last dim is about 30x slower in int64
-    slots = torch.arange(K, dtype=torch.int32, device=covering.device)
-    rank = torch.where(covering, slots, torch.full_like(slots, K))
-    first = rank.amin(dim=-1, keepdim=True).clamp(max=K - 1).long()  # [B, H, W, 1]
-    any_cov = covering.any(dim=-1)
+    first, any_cov = _first_set(covering)
     face = torch.where(any_cov, frags.face_index.gather(-1, first)[..., 0],
                        torch.full_like(any_cov, -1, dtype=torch.int64))
     depth = frags.depth.gather(-1, first)[..., 0]
