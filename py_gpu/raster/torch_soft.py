@@ -848,7 +848,8 @@ class FaceSelector:
         box0 = torch.repeat_interleave(left, n_rows)
         box1 = box0 + torch.repeat_interleave(n_cols, n_rows) - 1
         owner = torch.repeat_interleave(torch.arange(face.numel(), device=device), n_rows)  # [S] reach columns
-        span_c0, span_c1 = _reach_columns(reach.index_select(1, owner), span_row, box0, box1)
+        # one gather per row: torch's CPU index_select along dim 1 of a float64 table is ~3.5x slower
+        span_c0, span_c1 = _reach_columns([r.index_select(0, owner) for r in reach], span_row, box0, box1)
         del first, offset, box0, box1, owner
         alive = torch.nonzero(span_c1 >= span_c0).squeeze(1)
         if alive.numel() < span_face.numel():
@@ -934,10 +935,10 @@ def _reach_table(lines: torch.Tensor) -> torch.Tensor:
     return torch.stack(columns)
 
 
-def _reach_columns(reach: torch.Tensor, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
+def _reach_columns(reach, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
     """Columns ``[s0, s1]`` (int64 ``[S]``) of box spans ``[c0, c1]`` on pixel rows ``row`` whose
-    centers satisfy the span's reach (float64 ``[10, S]``, see :func:`_reach_table`); empty spans
-    come back with ``s1 < s0``."""
+    centers satisfy the span's reach (the 10 float64 ``[S]`` rows of :func:`_reach_table`); empty
+    spans come back with ``s1 < s0``."""
     la0, lb0, la1, lb1, ra0, rb0, ra1, rb1, hc, hny = reach
     y = row.double() + 0.5
     lo = torch.maximum(la0 - lb0 * y, la1 - lb1 * y)
