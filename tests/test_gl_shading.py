@@ -74,8 +74,17 @@ def _assert_parity(gl, ref, what: str) -> None:
     assert torch.equal(gl.alpha[same], ref.alpha[same])
     hit = same & (ref.face_index >= 0)
     assert float((gl.depth[hit] - ref.depth[hit]).abs().max()) < 1e-5
-    assert bool(torch.isinf(gl.depth[gl.face_index < 0]).all())
     assert gl.image.dtype == ref.image.dtype and gl.face_index.dtype == torch.int64
+    _assert_covers_its_own_pixels(gl)
+
+
+def _assert_covers_its_own_pixels(gl) -> None:
+    """The lazy id pass covers exactly the pixels the shading pass wrote a depth to, and alpha is
+    that coverage."""
+    drawn = torch.isfinite(gl.depth)
+    assert torch.equal(gl.face_index >= 0, drawn)
+    assert torch.equal(gl.alpha[..., 0], drawn.to(gl.alpha.dtype))
+    assert bool(torch.isinf(gl.depth[~drawn]).all()) and bool((gl.depth[drawn] >= 0).all())
 
 
 @pytest.mark.parametrize("model", ["unlit", "lambert", "blinn_phong"])
@@ -306,36 +315,80 @@ def test_gl_frame_decodes_its_own_readback_on_first_use(r):
         lazy.depth = want[0]
 
 
-def test_face_codes_round_trip_through_the_float_attachment():
-    """Face ids travel as float bits (``FACE_CODE + face``): the decode gives them back exactly,
-    empty pixels give -1 and zero alpha, and the largest id still decodes."""
+def test_face_ids_decode_from_the_id_pass_codes():
+    """The id pass stores face + 1 as int32 (0 where empty): the decode gives the faces back, -1
+    where empty, up to the largest id."""
     import numpy as np
 
-    from py_gpu.backends.gl_shading import FACE_CODE, MAX_FACES, Recycler, decode_faces
+    from py_gpu.backends.gl_shading import MAX_FACES, Recycler, decode_faces
 
     faces = np.array([0, 1, 2, 4095, 1 << 20, MAX_FACES - 1], np.int64)
-    host = np.zeros((1, 2, 4, 4), np.float32)
-    codes = host.view(np.int32)[..., 3].reshape(-1)
-    codes[: faces.size] = FACE_CODE + faces
-    codes[faces.size:] = 0  # the clear value: 0.0 in the code channel
-    face, alpha = decode_faces(Recycler(), host)
-    assert face.shape == (1, 2, 4) and face.dtype == np.int64 and alpha.shape == (1, 2, 4, 1)
-    got, alpha = face.reshape(-1), alpha.reshape(-1)
-    assert got[: faces.size].tolist() == faces.tolist()
-    assert got[faces.size:].tolist() == [-1, -1]
-    assert alpha.tolist() == [1.0] * faces.size + [0.0, 0.0]
+    codes = np.zeros((1, 2, 4), np.int32)
+    codes.reshape(-1)[: faces.size] = faces + 1
+    face = decode_faces(Recycler(), codes)
+    assert face.shape == (1, 2, 4) and face.dtype == np.int64
+    assert face.reshape(-1).tolist() == faces.tolist() + [-1, -1]
 
 
-def test_more_faces_than_the_codes_hold_fall_back_to_torch(r, monkeypatch):
-    """A mesh (times its instances) with more faces than the float face codes hold is shaded in
-    torch, and ``RenderStats`` says why (the limit, about 1e9, is lowered here)."""
+def test_face_ids_are_drawn_only_when_read(r):
+    """A frame is one draw per view; its id pass (one more per view, two with the trilinear
+    pre-pass) runs the first time ``face_index`` is read, once."""
+    h = r.upload(_colored_torus())
+    cams = Camera.perspective(torch.tensor([[0.6, 1.8, 3.2], [-2.0, 1.0, 2.5]]), torch.zeros(2, 3), fov_y=55.0,
+                              aspect=SIZE[1] / SIZE[0])
+    tex = Texture(checker(4, (0.9, 0.9, 0.9), (0.2, 0.2, 0.2)))
+    for kw, passes in ((dict(), 1), (dict(textures=tex, texture_filter="trilinear"), 2)):
+        with torch.no_grad():
+            before = r.backend.counters.draws
+            frame = r.render(h, cams, lights=LIGHTS, **kw)
+            shaded = r.backend.counters.draws - before
+            assert (frame.image.shape, frame.depth.shape, frame.alpha.shape) == ((2, *SIZE, 3), (2, *SIZE), (2, *SIZE, 1))
+            assert r.backend.counters.draws - before == shaded
+            ids = frame.face_index
+            assert r.backend.counters.draws - before == shaded + 2 * passes
+            assert frame.face_index is ids and r.backend.counters.draws - before == shaded + 2 * passes
+        _assert_covers_its_own_pixels(frame)
+        assert bool((frame.face_index >= 0).any(-1).any(-1).all())
+
+
+def test_a_frame_reads_its_own_face_ids_after_the_mesh_changes_or_goes(r):
+    """Face ids read late are those of the frame's own draw: the id pass runs before in-place
+    changes replace the shading buffers, before the handle is released, and before the backend is."""
+    h = r.upload(_colored_torus())
+    cam = _camera()
+    with torch.no_grad():
+        want = r.render(h, cam, lights=LIGHTS).face_index.clone()
+        recolored = r.render(h, cam, lights=LIGHTS)  # face ids not read yet
+        uploads = r.backend.counters.attribute_uploads
+        h.colors[:] = 0.5  # in place: the same geometry, new shading buffers
+        r.render(h, cam, lights=LIGHTS)
+        assert r.backend.counters.attribute_uploads == uploads + 1
+        assert torch.equal(recolored.face_index, want)
+        early = r.render(h, cam, lights=LIGHTS)
+        h.positions[:] = h.positions * 0.5  # in place: the next frame uploads new shading buffers
+        moved = r.render(h, cam, lights=LIGHTS)
+        assert not torch.equal(moved.face_index, want)
+        assert torch.equal(early.face_index, want)
+        released = r.render(h, cam, lights=LIGHTS)
+        r.release(h)
+        assert torch.equal(released.face_index, moved.face_index)
+        h2 = r.upload(_colored_torus())
+        last = r.render(h2, cam, lights=LIGHTS)
+        r.backend.release()
+        assert torch.equal(last.face_index, want)
+    _assert_covers_its_own_pixels(last)
+
+
+def test_more_faces_than_the_ids_hold_fall_back_to_torch(r, monkeypatch):
+    """A mesh (times its instances) with more faces than the int32 face ids hold is shaded in
+    torch, and ``RenderStats`` says why (the limit, about 2e9, is lowered here)."""
     import py_gpu.renderer.gl_path as gl_path
 
     h = r.upload(_colored_torus())
     monkeypatch.setattr(gl_path, "MAX_FACES", h.num_faces)
     with torch.no_grad():
         frame = r.render(h, _camera(), lights=LIGHTS)
-    assert r.stats.shading == "torch" and "face codes" in r.stats.shading_reason
+    assert r.stats.shading == "torch" and "int32 face ids" in r.stats.shading_reason
     assert bool((frame.face_index >= 0).any()) and frame.face_index.max().item() < h.num_faces
     monkeypatch.setattr(gl_path, "MAX_FACES", h.num_faces + 1)
     with torch.no_grad():
@@ -373,4 +426,5 @@ def test_triangles_thousands_of_pixels_long_are_never_lost(gl_available, gl_watc
         covered = ref.face_index >= 0
         assert bool(covered.any())
         assert torch.equal(gl.face_index >= 0, covered), f"triangle {corners} at {size}"
+        assert torch.equal(torch.isfinite(gl.depth), covered), f"triangle {corners} at {size}"
     r.backend.release()

@@ -15,45 +15,45 @@ rounding:
 
 Per frame only matrices and uniforms reach GL; the mesh's vertex attributes (positions, normals,
 UVs, colors, indexed) and per-face material ids live in GL buffers next to the ``GLMesh`` and
-are sent again only when the tensors they came from change. One float RGBA attachment holds
-``(r, g, b, face code)``: the face id (a flat varying from each face's own provoking corner, see
-``provoking_layout``) stored as the bits of a normal float, ``FACE_CODE + face`` (a second
-attachment measured about 20% of an 80k-face draw on llvmpipe). Depth comes from the depth
-buffer. Rows are flipped in the projection, so each reads back top row first, into host arrays
-that torch wraps without a copy (see :class:`Recycler`).
+are sent again only when the tensors they came from change. A frame is one draw and one readback
+per view: a float RGBA attachment holds ``(r, g, b, depth)``, py_gpu's z/w written by the
+fragment shader (``+inf`` where empty, the cleared value), so there is no depth buffer to read
+and nothing to decode. Face ids are a second, lazy pass (:func:`shade_faces`) drawn the first
+time a frame's ``face_index`` is read: an int32 attachment of each face's id from a flat varying
+of its own provoking corner (see ``provoking_layout``). A caller who never reads them never pays
+for the varying, which measured 2-10% of a draw on llvmpipe, nor for the vertex copies it needs.
+Rows are flipped in the projection, so each reads back top row first, into host arrays that
+torch wraps without a copy (see :class:`Recycler`).
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from .._check import BackendUnavailableError
 from .moderngl import MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, GLMesh, ModernGLBackend, _Target, _depth_scales
 
-__all__ = ["FACE_CODE", "MAX_FACES", "MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "Recycler", "ShadeSpec", "ShadeInputs",
-           "decode_depth", "decode_faces", "ensure_attributes", "shade_geometry"]
+__all__ = ["MAX_FACES", "MAX_LIGHTS", "MAX_RECTS", "MAX_TEXTURES", "Recycler", "ShadeSpec", "ShadeInputs",
+           "coverage", "decode_faces", "ensure_attributes", "shade_faces", "shade_geometry"]
 #: Textures kept in GL between frames (least recently used ones are released).
 MAX_CACHED_TEXTURES = 32
 #: Width of the per-face material-id texture.
 _MATERIAL_WIDTH = 4096
-#: Face ``f`` is stored as the float whose bits are ``FACE_CODE + f`` (the bits of 1.0 onwards: a
-#: normal, finite float that no driver flushes or canonicalizes); clearing to 0.0 leaves a code
-#: below it, which decodes to -1.
-FACE_CODE = 0x3F800000
-#: Faces (times instances) a face code can hold: up to the bits of +inf.
-MAX_FACES = 0x7F800000 - FACE_CODE
+#: Faces (times instances) the int32 id attachment holds: face ``f`` is stored as ``f + 1``, and the
+#: cleared 0 is empty.
+MAX_FACES = 2**31 - 2
 #: Texture unit of the UV pre-pass image (the frame's textures take units 1..MAX_TEXTURES).
 _UV_UNIT = MAX_TEXTURES + 1
 
 _VERTEX = """
 #version 330
-#if defined(PREPASS) || defined(UV_IMAGE)
-invariant gl_Position;        // the UV pre-pass and the shading pass cover the same fragments
-#endif
+invariant gl_Position;        // the UV pre-pass, the shading pass and the id pass cover the same fragments
 in vec3 in_position;
 in vec3 in_normal;
 in vec2 in_uv;
@@ -70,7 +70,9 @@ out vec3 v_world;
 out vec3 v_normal;
 out vec2 v_uv;
 out vec3 v_color;
+#ifdef FACE_IDS
 flat out int v_face;          // from the provoking vertex: the face id, without gl_PrimitiveID
+#endif
 void main() {
     vec4 p = vec4(in_position, 1.0);
     vec3 n = in_normal;
@@ -89,7 +91,9 @@ void main() {
 #endif
     v_uv = in_uv;
     v_color = in_color;
+#ifdef FACE_IDS
     v_face = in_face;
+#endif
 }
 """
 
@@ -99,11 +103,13 @@ in vec3 v_world;
 in vec3 v_normal;
 in vec2 v_uv;
 in vec3 v_color;
+#ifdef FACE_IDS
 flat in int v_face;
+#endif
 #ifdef INSTANCED
 flat in int v_instance;
 #endif
-uniform int u_faces;          // faces per instance
+uniform float u_depth_scale;  // py_gpu depth z/w = gl_FragCoord.z * u_depth_scale
 uniform vec3 u_eye;
 uniform vec3 u_ambient;
 uniform vec3 u_specular;
@@ -128,7 +134,7 @@ uniform vec4 u_rects[N_RECTS];
 uniform sampler2D u_uv_image;  // the UV pre-pass: (u, v, covered, 0) per framebuffer pixel
 uniform ivec4 u_rect;          // the image in framebuffer pixels (x, y, width, height)
 #endif
-layout(location = 0) out vec4 f_color;  // (r, g, b, face code): the bits of FACE_CODE + face
+layout(location = 0) out vec4 f_color;  // (r, g, b, depth)
 
 vec3 unit(vec3 v) {
     return v * inversesqrt(max(dot(v, v), 1e-24));  // v / max(|v|, 1e-12), as the torch path
@@ -186,8 +192,8 @@ void main() {
 #else
     vec4 grad = vec4(0.0);  // only trilinear filtering reads it
 #endif
-    int face = v_face;  // gl_PrimitiveID costs llvmpipe a primitive-assembly stage (~20% of a draw)
 #ifdef MATERIALS
+    int face = v_face;  // gl_PrimitiveID costs llvmpipe a primitive-assembly stage (~20% of a draw)
     int material = texelFetch(u_material, ivec2(face % MATERIAL_WIDTH, face / MATERIAL_WIDTH), 0).r;
 #endif
 #ifdef WHITE
@@ -222,10 +228,25 @@ TEXTURE_CODE
     color = vec3(color.r > 0.0 ? pow(color.r, u_inv_gamma) : 0.0, color.g > 0.0 ? pow(color.g, u_inv_gamma) : 0.0,
                  color.b > 0.0 ? pow(color.b, u_inv_gamma) : 0.0);
 #endif
+    f_color = vec4(color, gl_FragCoord.z * u_depth_scale);  // as rasterize_geometry writes depth
+}
+"""
+
+#: The id pass: each covered pixel's face (instance-major with instances) plus one; 0 is empty.
+_ID_FRAGMENT = """
+#version 330
+flat in int v_face;
+#ifdef INSTANCED
+flat in int v_instance;
+#endif
+uniform int u_faces;          // faces per instance
+layout(location = 0) out int f_face;
+void main() {
+    int face = v_face;
 #ifdef INSTANCED
     face += v_instance * u_faces;
 #endif
-    f_color = vec4(color, intBitsToFloat(FACE_CODE + face));  // a normal float for face < MAX_FACES
+    f_face = face + 1;
 }
 """
 
@@ -270,6 +291,7 @@ class ShadeSpec:
     wrap: str = "repeat"
     gamma: bool = False
     prepass: bool = False  # the UV pre-pass program of a trilinear spec
+    ids: bool = False  # the id pass program (see ``shade_faces``)
     white: bool = False  # every vertex color is (1, 1, 1)
     transformed: bool = False  # a scene transform (else world space is object space)
 
@@ -281,6 +303,15 @@ class ShadeSpec:
     @property
     def needs_materials(self) -> bool:
         return self.textures in ("atlas", "materials")
+
+    @property
+    def face_ids(self) -> bool:
+        """The program reads each face's id: the id pass, and per-material textures or rects."""
+        return self.ids or self.needs_materials
+
+    def id_pass(self) -> "ShadeSpec":
+        """The spec of this one's id pass: only what places the fragments (instancing) matters."""
+        return ShadeSpec(instanced=self.instanced, n_dir=0, n_point=0, model="unlit", ids=True)
 
 
 @dataclass
@@ -339,16 +370,19 @@ def _texture_code(spec: ShadeSpec) -> str:
 def _sources(spec: ShadeSpec) -> tuple[str, str]:
     n_tex = _texture_count(spec)
     defines = {"N_DIR": spec.n_dir, "N_POINT": spec.n_point, "N_RECTS": spec.n_rects,
-               "MATERIAL_WIDTH": _MATERIAL_WIDTH, "FACE_CODE": FACE_CODE}
+               "MATERIAL_WIDTH": _MATERIAL_WIDTH}
     flags = {"INSTANCED": spec.instanced, "LIT": spec.model != "unlit", "BLINN_PHONG": spec.model == "blinn_phong",
              "MATERIALS": spec.needs_materials, "TRILINEAR": spec.filter == "trilinear", "GAMMA": spec.gamma,
-             "PREPASS": spec.prepass, "WHITE": spec.white, "MODEL": spec.transformed, "UV_IMAGE": spec.uv_image and not spec.prepass}
+             "PREPASS": spec.prepass, "WHITE": spec.white, "MODEL": spec.transformed,
+             "UV_IMAGE": spec.uv_image and not spec.prepass, "FACE_IDS": spec.face_ids}
     head = "#version 330\n" + "".join(f"#define {k} {v}\n" for k, v in defines.items())
     head += "".join(f"#define {k} 1\n" for k, on in flags.items() if on)
     samplers = "".join(f"uniform sampler2D u_tex{k};\n" for k in range(n_tex))
     samplers += f"uniform float u_levels[{n_tex}];\n" if n_tex else ""
     frag = (head + _FRAGMENT_HEAD.split("\n", 2)[2].replace("vec3 unit(", samplers + "vec3 unit(", 1) + _LIGHT
             + _FRAGMENT_MAIN.replace("TEXTURE_CODE", _texture_code(spec)))
+    if spec.ids:
+        frag = head + _ID_FRAGMENT.split("\n", 2)[2]
     vert = head + _VERTEX.split("\n", 2)[2]
     return vert, frag
 
@@ -361,15 +395,24 @@ def _texture_count(spec: ShadeSpec) -> int:
 
 # ---- GL resources ----------------------------------------------------------------------------------
 class ShadeTarget:
-    """The shading framebuffer of one image size: the target's float RGBA texture (colour and face
-    code) with its depth buffer, and the host arrays its frames are read into."""
+    """The shading framebuffer of one image size: the target's float RGBA texture (colour and
+    depth) with its depth buffer, the id pass's framebuffer (the target's int32 face texture), and
+    the host arrays its frames are read into."""
 
     def __init__(self, ctx, target: _Target):
         self.target = target
         self.fbo = ctx.framebuffer([target.color], target.depth)
         self.fbo.scissor = target.rect
+        self.fbo_ids = None  # the id pass (made on first use)
         self.uv = self.fbo_uv = None  # the UV pre-pass image (trilinear), made on first use
         self.host = Recycler()  # the readback arrays of this size
+
+    def id_pass(self, ctx):
+        """The id pass framebuffer: int32 face id + 1, sharing the depth buffer."""
+        if self.fbo_ids is None:
+            self.fbo_ids = ctx.framebuffer([self.target.face], self.target.depth)
+            self.fbo_ids.scissor = self.target.rect
+        return self.fbo_ids
 
     def uv_pass(self, ctx):
         """The UV pre-pass framebuffer: float (u, v, covered, 0), sharing the depth buffer."""
@@ -381,7 +424,7 @@ class ShadeTarget:
         return self.fbo_uv
 
     def objects(self) -> list:
-        return [o for o in (self.fbo, self.fbo_uv, self.uv) if o is not None]
+        return [o for o in (self.fbo, self.fbo_ids, self.fbo_uv, self.uv) if o is not None]
 
 
 class Recycler:
@@ -429,10 +472,16 @@ def _refs(pool: list, k: int) -> int:
 
 class _MeshAttributes:
     """A mesh's shading buffers: vertex records (float32 position, normal, uv, then color unless
-    every color is 1, then the int32 face id; ``columns`` names them), int32 ``[3F]`` indices,
-    int32 per-face material ids (a texture), and their vertex arrays. The records are the mesh's
-    vertices laid out by :func:`provoking_layout`; a white mesh's leave the color out (a 36 instead
-    of a 48 byte stride measured 3-6% of an 80k-face draw on llvmpipe)."""
+    every color is 1, then the int32 face id; ``columns`` names them), two int32 ``[3F]`` index
+    buffers, int32 per-face material ids (a texture), and their vertex arrays. The records are the
+    mesh's vertices laid out by :func:`provoking_layout`: ``ibo`` gives every face a provoking
+    corner of its own, for programs that read face ids; ``ibo_plain`` is the mesh's own faces,
+    whose vertices come first in the records, for those that do not (the copies go unused, and
+    the triangles are the same, corner for corner). A white mesh's records leave the color out
+    (a 36 instead of a 48 byte stride measured 3-6% of an 80k-face draw on llvmpipe).
+
+    ``pending`` holds the readbacks whose id pass (:func:`shade_faces`) has not run yet; they draw
+    with these buffers, so :meth:`settle` runs them before the buffers are released."""
 
     def __init__(self, ctx, key, vertices: np.ndarray, faces: np.ndarray, materials: np.ndarray):
         self.key = key
@@ -446,6 +495,8 @@ class _MeshAttributes:
         records.view(np.int32)[:, floats] = face_of
         self.vbo = ctx.buffer(records.tobytes())
         self.ibo = ctx.buffer(indices.tobytes())
+        self.ibo_plain = ctx.buffer(np.ascontiguousarray(faces, dtype=np.int32).tobytes())
+        self.pending: weakref.WeakSet = weakref.WeakSet()
         F = materials.shape[0]
         rows = max(1, -(-F // _MATERIAL_WIDTH))
         table = np.zeros(rows * _MATERIAL_WIDTH, dtype=np.int32)
@@ -454,7 +505,12 @@ class _MeshAttributes:
         self.vaos: dict = {}
 
     def objects(self) -> list:
-        return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.materials]
+        return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.ibo_plain, self.materials]
+
+    def settle(self) -> None:
+        """Run the id pass of every frame still waiting for it, while these buffers live."""
+        for readback in list(self.pending):
+            readback.settle()
 
 
 def provoking_layout(faces: np.ndarray, V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -501,6 +557,7 @@ def ensure_attributes(backend: ModernGLBackend, mesh: GLMesh, positions, normals
     mats = materials.detach().to("cpu", torch.int32).numpy()
     with backend._gl("ModernGLBackend.shade_geometry") as ctx:
         if got is not None:
+            got.settle()  # frames still waiting for their face ids draw them with the old buffers
             for obj in got.objects():
                 obj.release()
         mesh._shading = _MeshAttributes(ctx, key, vertices, faces.detach().to("cpu").numpy(), mats)
@@ -580,23 +637,23 @@ def _vao(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: S
         layout = [(attrs.vbo, " ".join(parts), *names)]
         if spec.instanced:
             layout.append((mesh._instances, "16f/i", "in_instance"))
-        vao = backend.ctx.vertex_array(prog, layout, index_buffer=attrs.ibo, index_element_size=4)
+        ibo = attrs.ibo if spec.face_ids else attrs.ibo_plain
+        vao = backend.ctx.vertex_array(prog, layout, index_buffer=ibo, index_element_size=4)
         attrs.vaos[spec] = (vao, instances)
     return vao
 
 
 # ---- one frame -------------------------------------------------------------------------------------
 def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: ShadeSpec,
-                   inputs: ShadeInputs, size, settings) -> tuple[np.ndarray, np.ndarray, np.ndarray, Recycler]:
-    """Draw and shade ``mesh`` for each of the ``B`` views; read colour, face code and depth back.
+                   inputs: ShadeInputs, size, settings) -> tuple[np.ndarray, np.ndarray, Recycler]:
+    """Draw and shade ``mesh`` for each of the ``B`` views; read colour and depth back.
 
     Returns:
-        ``(color, depth, scales, host)``: float32 ``[B, H, W, 4]`` whose first three channels are
-        the RGB color (the background where empty) and whose fourth holds the face codes (see
-        :func:`decode_faces`: face ids instance-major with instances), float32 ``[B, H, W]`` depth
-        buffer values (see :func:`decode_depth`), the ``[B]`` depth scales, and the recycler the
-        arrays came from. Row 0 is the image's top. Wrap the arrays (``torch.from_numpy``) and hold
-        them as long as they are used, never keep a bare pointer to their memory.
+        ``(out, scales, host)``: float32 ``[B, H, W, 4]`` whose first three channels are the RGB
+        color (the background where empty) and whose fourth is py_gpu's depth z/w (``+inf`` where
+        empty), the ``[B]`` depth scales, and the recycler the array came from. Row 0 is the
+        image's top. Wrap the array (``torch.from_numpy``) and hold it as long as it is used,
+        never keep a bare pointer to its memory. The face ids are :func:`shade_faces`.
     """
     where = "ModernGLBackend.shade_geometry"
     H, W = size
@@ -607,25 +664,17 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
         target = backend._target(W, H)
         st = _shade_target(backend, target)
         out = st.host.take((B, H, W, 4), np.float32)
-        depth = st.host.take((B, H, W), np.float32)
-        backend._set_state(target, st.fbo, settings)
-        backend.ctx.viewport = target.rect  # the image itself: clip space is py_gpu's, rows flipped
-        backend.ctx.front_face = "cw"  # rows are flipped in the projection, which flips the winding too
-        backend.ctx.provoking_vertex = backend.ctx.LAST_VERTEX_CONVENTION  # flat v_face: the face's last corner
+        _begin(backend, target, st.fbo, settings)
         prog = _program(backend, spec)
         vao = _vao(backend, mesh, attrs, spec, prog, N) if mesh.num_faces and N else None
         _bind_textures(backend, prog, spec, inputs, attrs)
         pre = _prepass(backend, spec, mesh, attrs, st, prog, N) if spec.uv_image and vao is not None else None
-        gl_clip = _flip_rows(np.eye(4)) @ clip  # [B, 4, 4]
-        scales = _depth_scales(clip, inst, mesh.bounds)  # [B], as rasterize_geometry chooses them
+        gl_clip, scales = _gl_clips(mesh, inputs)
         bg = inputs.background
         for b in range(B):
-            target.clear(st.fbo, bg[0], bg[1], bg[2], 0.0)  # unscissored: llvmpipe's fast clear
+            target.clear(st.fbo, bg[0], bg[1], bg[2], np.inf)  # unscissored: llvmpipe's fast clear
             if vao is not None:
-                if inst is not None and (b == 0 or inst.shape[0] > 1):
-                    cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
-                    mesh._instances.write(cols.tobytes())
-                    backend.counters.instance_uploads += 1
+                _write_instances(backend, mesh, inst, b)
                 if pre is not None:
                     _uv_prepass(backend, pre, spec, inputs, b, gl_clip[b], scales[b], st, N)
                 _frame_uniforms(prog, spec, inputs, b, gl_clip[b], scales[b], mesh.num_faces)
@@ -634,31 +683,95 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
                 if pre is not None:
                     backend.ctx.depth_func = "<"
             st.fbo.read_into(out[b], viewport=target.rect, components=4, attachment=0, dtype="f4", alignment=1)
-            st.fbo.read_into(depth[b], viewport=target.rect, components=1, attachment=-1, dtype="f4", alignment=1)
         backend.ctx.front_face = "ccw"
-    return out, depth, scales, st.host
+    return out, scales, st.host
 
 
-def decode_faces(host: Recycler, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int64 ``[B, H, W]`` face ids (-1 where empty) and float32 ``[B, H, W, 1]`` coverage from
-    the face codes of ``shade_geometry``'s color readback."""
-    face = host.take(out.shape[:3], np.int64)
-    np.subtract(out.view(np.int32)[..., 3], FACE_CODE, out=face)
-    np.maximum(face, -1, out=face)  # every code below FACE_CODE (the cleared 0.0) is empty
-    alpha = host.take(out.shape[:3] + (1,), np.float32)
-    np.greater_equal(face[..., None], 0, out=alpha, casting="unsafe")
-    return face, alpha
+def shade_faces(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, spec: ShadeSpec,
+                inputs: ShadeInputs, size, settings, host: Recycler) -> np.ndarray:
+    """The id pass of a :func:`shade_geometry` call with the same arguments: int32 ``[B, H, W]``,
+    each pixel's face id plus one (instance-major with instances), 0 where empty.
 
-
-def decode_depth(depth: np.ndarray, scales: np.ndarray) -> None:
-    """Depth buffer values to py_gpu's z/w, +inf where empty, in place (window z times ``2 / a``).
-
-    The depth test is strictly less against the cleared 1.0, so a pixel is covered exactly where
-    its stored depth is below 1.0: the empty ones are found in the (contiguous) depth buffer itself.
+    It draws the same triangles in the same order, state and depth test (the pre-pass's ``<``
+    then ``<=`` when the call had one, so that ties go to the same face), from the same vertex
+    records through the same ``invariant`` position, so it covers exactly the pixels the
+    shading pass covered and the same face wins each one.
     """
-    empty = depth == 1.0
-    np.multiply(depth, (2.0 / scales).astype(np.float32)[:, None, None], out=depth)
-    np.copyto(depth, np.float32(np.inf), where=empty)
+    where = "ModernGLBackend.shade_faces"
+    H, W = size
+    clip, inst = inputs.clip, inputs.instances
+    B = clip.shape[0]
+    N = 1 if inst is None else inst.shape[1]
+    ids = spec.id_pass()
+    codes = host.take((B, H, W), np.int32)
+    with backend._gl(where):
+        if mesh.released:
+            raise BackendUnavailableError(f"{where}: the frame's mesh was released before its face ids were read")
+        target = backend._target(W, H)
+        fbo = _shade_target(backend, target).id_pass(backend.ctx)
+        _begin(backend, target, fbo, settings)
+        prog = _program(backend, ids)
+        vao = _vao(backend, mesh, attrs, ids, prog, N) if mesh.num_faces and N else None
+        gl_clip, scales = _gl_clips(mesh, inputs)
+        for b in range(B):
+            target.clear(fbo, 0.0, 0.0, 0.0, 0.0)
+            if vao is not None:
+                _write_instances(backend, mesh, inst, b)
+                _frame_uniforms(prog, ids, inputs, b, gl_clip[b], scales[b], mesh.num_faces)
+                for test in ("<", "<=") if spec.uv_image else ("<",):
+                    backend.ctx.depth_func = test
+                    vao.render(backend._mgl.TRIANGLES, instances=N)
+                    backend.counters.draws += 1
+                backend.ctx.depth_func = "<"
+            fbo.read_into(codes[b], viewport=target.rect, components=1, attachment=0, dtype="i4", alignment=1)
+        backend.ctx.front_face = "ccw"
+    return codes
+
+
+def _begin(backend: ModernGLBackend, target: _Target, fbo, settings) -> None:
+    """The state both passes draw in: depth test and culling as asked, ``fbo`` bound, the image
+    itself as the viewport (clip space is py_gpu's, rows flipped, which flips the winding too),
+    and the last corner as the provoking one (flat face ids)."""
+    backend._set_state(target, fbo, settings)
+    backend.ctx.viewport = target.rect
+    backend.ctx.front_face = "cw"
+    backend.ctx.provoking_vertex = backend.ctx.LAST_VERTEX_CONVENTION
+
+
+def _gl_clips(mesh: GLMesh, inputs: ShadeInputs) -> tuple[np.ndarray, np.ndarray]:
+    """Per view, the GL clip matrix with rows flipped ``[B, 4, 4]`` and the depth scale ``[B]``
+    (as ``rasterize_geometry`` chooses it)."""
+    return _FLIP_ROWS @ inputs.clip, _depth_scales(inputs.clip, inputs.instances, mesh.bounds)
+
+
+def _write_instances(backend: ModernGLBackend, mesh: GLMesh, inst, b: int) -> None:
+    """Write view ``b``'s instance transforms, unless the buffer holds them already (every view
+    sharing them, or the id pass right after its frame)."""
+    if inst is None:
+        return
+    row = min(b, inst.shape[0] - 1)
+    held = mesh._instances_source
+    if held is not None and held[0] is inst and held[1] == row:
+        return
+    cols = np.ascontiguousarray(inst[row].transpose(0, 2, 1), dtype=np.float32)
+    mesh._instances.write(cols.tobytes())
+    mesh._instances_source = (inst, row)
+    backend.counters.instance_uploads += 1
+
+
+def decode_faces(host: Recycler, codes: np.ndarray) -> np.ndarray:
+    """int64 ``[B, H, W]`` face ids (-1 where empty) from the id pass's codes (id + 1, 0 empty)."""
+    face = host.take(codes.shape, np.int64)
+    np.subtract(codes, 1, out=face)
+    return face
+
+
+def coverage(host: Recycler, out: np.ndarray) -> np.ndarray:
+    """float32 ``[B, H, W, 1]`` coverage (1 where a face was drawn) from the finite depths of
+    ``shade_geometry``'s readback."""
+    alpha = host.take(out.shape[:3] + (1,), np.float32)
+    np.less(out[..., 3:], np.inf, out=alpha, casting="unsafe")
+    return alpha
 
 
 def _prepass(backend: ModernGLBackend, spec: ShadeSpec, mesh: GLMesh, attrs: _MeshAttributes, st: ShadeTarget,
@@ -693,6 +806,10 @@ def _flip_rows(g: np.ndarray) -> np.ndarray:
     return g
 
 
+_FLIP_ROWS = _flip_rows(np.eye(4))
+_FLIP_ROWS.flags.writeable = False
+
+
 def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.ndarray, a: float,
                     faces: int) -> None:
     """Every per-frame uniform of view ``b``: matrices, eye, lights, material, gamma."""
@@ -700,6 +817,7 @@ def _frame_uniforms(prog, spec: ShadeSpec, x: ShadeInputs, b: int, gl_clip: np.n
     m[2] = a * m[2] - m[3]  # z' = a z - w: GL's near plane is py_gpu's z = 0
     f4 = lambda v: np.ascontiguousarray(v, dtype=np.float32).tobytes()  # noqa: E731
     prog["u_clip"].write(f4(m.T))  # column-major
+    _set(prog, "u_depth_scale", float(np.float32(2.0 / a)))  # window z to py_gpu's z/w
     if spec.transformed:  # without a scene transform the program has no model matrix
         model = x.model[min(b, x.model.shape[0] - 1)]
         _set(prog, "u_model", f4(model.T))

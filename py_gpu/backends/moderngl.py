@@ -258,7 +258,7 @@ class _Target:
         self.fbo_full = ctx.framebuffer([self.color, self.face, self.attr], self.depth)
         for fbo in (self.fbo_rgb8, self.fbo_full):
             fbo.scissor = self.rect
-        self.shade = None  # the GL shading framebuffer (color and face only), made on first use
+        self.shade = None  # the GL shading framebuffers (py_gpu.backends.gl_shading), made on first use
 
     def clear(self, fbo, *rgba: float) -> None:
         """Clear ``fbo`` whole (color ``rgba``, depth 1), then scissor it to the image again: a
@@ -326,6 +326,7 @@ class GLMesh:
         self._vaos: dict[bool, object] = {}
         self._instances = None  # per-instance transforms, float32 [N, 16] column-major
         self._instances_capacity = 0
+        self._instances_source = None  # (array, row) whose transforms GL shading last wrote there
         self._shading = None  # GL shading buffers (py_gpu.backends.gl_shading), made on first use
         self.num_faces = num_faces
         self.bounds = bounds
@@ -347,9 +348,14 @@ class GLMesh:
         return objs
 
     def release(self) -> None:
-        """Free the GL buffers; safe to call twice."""
+        """Free the GL buffers; safe to call twice. Frames still waiting for their face ids (GL
+        shading's lazy id pass) draw them first."""
         if self.released:
             return
+        gl = self._backend
+        if self._shading is not None and not gl._released and gl.ctx is not None and gl._unusable is None:
+            with gl._gl("GLMesh.release"):
+                self._shading.settle()
         self._released = True
         self._backend._forget_mesh(self)
         self._drop()
@@ -577,6 +583,9 @@ class ModernGLBackend(Backend):
                 return
             if self.ctx is not None and self._unusable is None:
                 with self._gl(f"{type(self).__name__}.release"):
+                    for mesh in list(self._meshes.values()):
+                        if mesh._shading is not None:
+                            mesh._shading.settle()  # frames still waiting for their face ids draw them first
                     for obj in self.gl_objects():
                         obj.release()
             self._released = True
@@ -656,6 +665,7 @@ class ModernGLBackend(Backend):
             capacity = 1 << max(0, (count - 1).bit_length())
             mesh._instances = self.ctx.buffer(reserve=capacity * 64, dynamic=True)
             mesh._instances_capacity = capacity
+            mesh._instances_source = None
 
     def _geometry_vao(self, mesh: GLMesh, instanced: bool, count: int):
         """The vertex array drawing ``mesh`` (with an instance buffer for ``count`` transforms)."""
@@ -746,6 +756,7 @@ class ModernGLBackend(Backend):
                         if b == 0 or inst.shape[0] > 1:
                             cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
                             mesh._instances.write(cols.tobytes())  # [N, 16] column-major
+                            mesh._instances_source = None
                             self.counters.instance_uploads += 1
                         vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces, instances=N)
                     else:

@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..backends.gl_shading import MAX_FACES, MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, ShadeInputs, ShadeSpec, decode_depth, \
-    decode_faces, ensure_attributes, shade_geometry
+from ..backends.gl_shading import MAX_FACES, MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, ShadeInputs, ShadeSpec, coverage, \
+    decode_faces, ensure_attributes, shade_faces, shade_geometry
 from ..backends.moderngl import ModernGLBackend
 from ..camera import Camera
 from ..contracts import Frame
@@ -83,7 +83,7 @@ def plan(scene: Scene, h: MeshHandle, camera: Camera, *, lights: Sequence, textu
         return None, "instances of a merged scene"
     copies = instances.shape[-3] if isinstance(instances, torch.Tensor) and instances.dim() >= 3 else 1
     if h.num_faces * copies >= MAX_FACES:
-        return None, f"{MAX_FACES} or more faces (instanced) do not fit GL shading's face codes"
+        return None, f"{MAX_FACES} or more faces (instanced) do not fit GL shading's int32 face ids"
     extra = [a for a in attachments if a not in _ID_ATTACHMENTS]
     if extra:
         return None, f"attachments {extra} need the torch G-buffer"
@@ -208,7 +208,8 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     eye = -(view[:, :3, :3].transpose(0, 2, 1) @ view[:, :3, 3:])[..., 0]  # [B|1, 3]
     kw = dict(device=scene.device, dtype=scene.dtype, batch_size=B)
     model = _EYE4 if transforms is None else _host(matrices(where, "transforms", transforms, batched_dim=3, **kw))
-    inst = None if instances is None else _host(matrices(where, "instances", instances, batched_dim=4, **kw))
+    inst = None if instances is None else \
+        np.array(_host(matrices(where, "instances", instances, batched_dim=4, **kw)))  # own copy: the id pass may come later
     clip = np.broadcast_to(cam @ model, (B, 4, 4))
     mat = material or Material()
     x = ShadeInputs(clip=clip, model=model, instances=inst, eye=eye, specular=_numpy(mat.specular, B, 3),
@@ -218,24 +219,33 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     attrs = ensure_attributes(scene.backend, mesh, h.positions, h.current_normals(), h.uvs, h.colors, h.faces,
                               h.material_ids)
     spec = p.spec if attrs.white == p.spec.white else _with_white(p.spec, attrs.white)
-    readback = _Readback(*shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings), scene.device,
-                         scene.dtype)
-    frame = GLFrame.lazy(readback.tensor(readback.out[..., :3]), readback)
+    out, _, host = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
+    readback = _Readback(out, host, scene.device, scene.dtype, (scene.backend, mesh, attrs, spec, x, size, settings))
+    attrs.pending.add(readback)
+    frame = GLFrame.lazy(readback.tensor(out[..., :3]), readback)
     if attachments:
         object.__setattr__(frame, "extras", _id_extras(scene, h, attachments, inst, frame.face_index))
     return frame
 
 
-@dataclass
 class _Readback:
-    """One GL-shaded readback (see ``shade_geometry``), decoded field by field when first asked for."""
+    """One GL-shaded readback (see ``shade_geometry``), decoded field by field when first asked for.
 
-    out: np.ndarray
-    depth: np.ndarray
-    scales: np.ndarray
-    host: object
-    device: torch.device
-    dtype: torch.dtype
+    ``ids`` are the arguments of its id pass (``shade_faces``), run when ``face_index`` is first
+    read, or earlier by ``settle`` when the mesh's shading buffers are about to be released."""
+
+    def __init__(self, out: np.ndarray, host, device: torch.device, dtype: torch.dtype, ids: tuple):
+        self.out, self.host, self.device, self.dtype = out, host, device, dtype
+        self.ids, self.codes = ids, None
+
+    def settle(self) -> None:
+        """Draw the id pass now (once); the buffers it draws from may go after this."""
+        if self.ids is None:
+            return
+        backend, mesh, attrs, spec, x, size, settings = self.ids
+        self.codes = shade_faces(backend, mesh, attrs, spec, x, size, settings, self.host)
+        self.ids = None
+        attrs.pending.discard(self)
 
     def tensor(self, a: np.ndarray, integer: bool = False) -> torch.Tensor:
         t = torch.from_numpy(a)  # no copy where the scene is float32 on the CPU
@@ -245,16 +255,21 @@ class _Readback:
 
     def decode(self, name: str) -> dict:
         if name == "depth":
-            decode_depth(self.depth, self.scales)
-            return {"depth": self.tensor(self.depth)}
-        face, alpha = decode_faces(self.host, self.out)
-        return {"face_index": self.tensor(face, integer=True), "alpha": self.tensor(alpha)}
+            return {"depth": self.tensor(self.out[..., 3])}
+        if name == "alpha":
+            return {"alpha": self.tensor(coverage(self.host, self.out))}
+        self.settle()
+        face = decode_faces(self.host, self.codes)
+        self.codes = None
+        return {"face_index": self.tensor(face, integer=True)}
 
 
 class GLFrame(Frame):
-    """A GL-shaded ``Frame``: ``depth``, ``face_index`` and ``alpha`` are decoded from the readback
-    the first time they are read (about 0.5 ms of a 640x360 frame that a caller reading only
-    ``image`` never pays). It holds the readback arrays, so no later frame reuses their memory."""
+    """A GL-shaded ``Frame``: ``image`` and ``depth`` are views of the one readback; ``alpha`` is
+    decoded from the depth and ``face_index`` drawn by the id pass the first time each is read (a
+    caller who reads only ``image`` and ``depth`` never pays for them). It holds the readback
+    arrays, so no later frame reuses their memory, and its id pass draws what it drew, even after
+    later renders or changes to the mesh (which run pending id passes before the buffers go)."""
 
     @classmethod
     def lazy(cls, image: torch.Tensor, readback: _Readback) -> "GLFrame":
