@@ -32,9 +32,15 @@ LIGHTS = [AmbientLight(intensity=0.2), DirectionalLight((-1.0, -1.0, -0.5), inte
           PointLight((0.5, 2.0, 1.5), (1.0, 0.9, 0.8), 2.0, (1.0, 0.1, 0.3))]
 
 
-@pytest.fixture
-def r(gl_available, gl_watch):
-    """A renderer on its own ModernGL backend, checked for GL errors after the test."""
+@pytest.fixture(params=["depth in alpha", "depth buffer"])
+def r(request, gl_available, gl_watch, monkeypatch):
+    """A renderer on its own ModernGL backend, checked for GL errors after the test; each test runs
+    with depth written by the shading pass (the default for these small meshes) and read from the
+    depth buffer (the default above ``DEPTH_OUT_FACES``)."""
+    import py_gpu.backends.gl_shading as gl_shading
+
+    if request.param == "depth buffer":
+        monkeypatch.setattr(gl_shading, "DEPTH_OUT_FACES", 0)
     renderer = Renderer(SIZE, backend="moderngl", background=(0.1, 0.2, 0.3))
     gl_watch.add(renderer.backend, what="renderer's ModernGL backend")
     yield renderer
@@ -428,3 +434,22 @@ def test_triangles_thousands_of_pixels_long_are_never_lost(gl_available, gl_watc
         assert torch.equal(gl.face_index >= 0, covered), f"triangle {corners} at {size}"
         assert torch.equal(torch.isfinite(gl.depth), covered), f"triangle {corners} at {size}"
     r.backend.release()
+
+
+def test_lights_changed_in_place_are_seen_by_the_next_frame(r):
+    """Light parameters reach GL through a one-entry memo keyed on the lights and the versions of
+    their tensors: an in-place change to a light's tensor, or a new light, shows in the next frame."""
+    h = r.upload(_colored_torus())
+    color = torch.tensor([1.0, 0.9, 0.8])
+    lights = [AmbientLight(intensity=0.2), DirectionalLight((-1.0, -1.0, -0.5), color, 0.8)]
+    with torch.no_grad():
+        first = r.render(h, _camera(), lights=lights).image.clone()
+        assert torch.equal(r.render(h, _camera(), lights=list(lights)).image, first)
+        color.mul_(0.25)
+        dimmer, ref = _both(r, h, _camera(), lights=lights)
+    _assert_parity(dimmer, ref, "after an in-place light change")
+    assert float((first - dimmer.image).abs().max()) > 0.1
+    with torch.no_grad():
+        brighter, ref = _both(r, h, _camera(), lights=[lights[0], DirectionalLight((-1.0, -1.0, -0.5), intensity=1.5)])
+    _assert_parity(brighter, ref, "a new light")
+    assert float((brighter.image - dimmer.image).abs().max()) > 0.1

@@ -16,8 +16,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..backends import gl_shading
 from ..backends.gl_shading import MAX_FACES, MAX_LIGHTS, MAX_RECTS, MAX_TEXTURES, ShadeInputs, ShadeSpec, coverage, \
-    decode_faces, ensure_attributes, shade_faces, shade_geometry
+    decode_depth, decode_faces, ensure_attributes, shade_faces, shade_geometry
 from ..backends.moderngl import ModernGLBackend
 from ..camera import Camera
 from ..contracts import Frame
@@ -89,7 +90,8 @@ def plan(scene: Scene, h: MeshHandle, camera: Camera, *, lights: Sequence, textu
         return None, f"attachments {extra} need the torch G-buffer"
     if texture_filter not in ("nearest", "bilinear", "trilinear") or texture_wrap not in ("repeat", "clamp"):
         return None, "texture filter or wrap not covered"
-    needs = _wants_grad(_grad_inputs(h, camera, lights, textures, material, transforms, instances, atlas_rects))
+    needs = None if not torch.is_grad_enabled() else \
+        _wants_grad(_grad_inputs(h, camera, lights, textures, material, transforms, instances, atlas_rects))
     if needs is not None:
         return None, f"gradients: `{needs}` requires grad"
     if gamma is not None and not (isinstance(gamma, (int, float)) and gamma > 0):
@@ -162,8 +164,10 @@ _EYE4.flags.writeable = False
 
 
 @functools.lru_cache(maxsize=64)
-def _with_white(spec: ShadeSpec, white: bool) -> ShadeSpec:
-    return replace(spec, white=white)
+def _with_mesh(spec: ShadeSpec, white: bool, depth_out: bool) -> ShadeSpec:
+    """``spec`` for a mesh whose colors are all 1 (``white``) or not, and whose shading pass writes
+    depth (``depth_out``, small meshes) or leaves it in the depth buffer."""
+    return replace(spec, white=white, depth_out=depth_out)
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
@@ -180,7 +184,42 @@ def _numpy(value, B: int, channels: int | None) -> np.ndarray:
 
 
 def _light_inputs(lights, B: int) -> dict:
-    """Ambient sum, directions toward directional lights, point lights, each per view."""
+    """Ambient sum, directions toward directional lights, point lights, each per view (the last
+    call's result again when the lights are the same objects with the same values)."""
+    key = _lights_key(lights, B)
+    memo = _LIGHTS_MEMO[0]
+    if key is not None and memo is not None and memo[0] == key:
+        return memo[1]
+    out = _light_arrays(lights, B)
+    for a in out.values():
+        a.flags.writeable = False
+    _LIGHTS_MEMO[0] = None if key is None else (key, out)
+    return out
+
+
+#: ``(key, arrays)`` of the last ``_light_inputs`` call (one entry: a render loop passes the same lights).
+_LIGHTS_MEMO: list = [None]
+
+
+def _lights_key(lights, B: int):
+    """What ``_light_inputs`` depends on: the lights themselves (frozen, compared by identity), the
+    values of their number and tuple fields and the in-place versions of their tensor fields;
+    None (no memo) for a field of any other type."""
+    parts = [B]
+    for light in lights:
+        fields = []
+        for v in light.__dict__.values():
+            if isinstance(v, torch.Tensor):
+                fields.append((id(v), v._version))  # the light, held by the key, holds the tensor
+            elif isinstance(v, (int, float, tuple)) and all(isinstance(c, (int, float)) for c in (v if isinstance(v, tuple) else (v,))):
+                fields.append(v)
+            else:
+                return None
+        parts.append((light, tuple(fields)))
+    return tuple(parts)
+
+
+def _light_arrays(lights, B: int) -> dict:
     amb, dirs, drad, pos, prad, att = np.zeros((1, 3)), [], [], [], [], []
     for light in lights:
         radiance = _numpy(light.color, B, 3) * _numpy(light.intensity, B, None)[:, None]  # [B|1, 3]
@@ -218,9 +257,11 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     mesh = scene.gpu_mesh(h, settings.mode)
     attrs = ensure_attributes(scene.backend, mesh, h.positions, h.current_normals(), h.uvs, h.colors, h.faces,
                               h.material_ids)
-    spec = p.spec if attrs.white == p.spec.white else _with_white(p.spec, attrs.white)
-    out, _, host = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
-    readback = _Readback(out, host, scene.device, scene.dtype, (scene.backend, mesh, attrs, spec, x, size, settings))
+    copies = 1 if inst is None else inst.shape[1]
+    spec = _with_mesh(p.spec, attrs.white, mesh.num_faces * copies <= gl_shading.DEPTH_OUT_FACES)
+    out, depth, scales, host = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
+    readback = _Readback(out, depth, scales, host, scene.device, scene.dtype,
+                         (scene.backend, mesh, attrs, spec, x, size, settings))
     attrs.pending.add(readback)
     frame = GLFrame.lazy(readback.tensor(out[..., :3]), readback)
     if attachments:
@@ -234,8 +275,9 @@ class _Readback:
     ``ids`` are the arguments of its id pass (``shade_faces``), run when ``face_index`` is first
     read, or earlier by ``settle`` when the mesh's shading buffers are about to be released."""
 
-    def __init__(self, out: np.ndarray, host, device: torch.device, dtype: torch.dtype, ids: tuple):
-        self.out, self.host, self.device, self.dtype = out, host, device, dtype
+    def __init__(self, out: np.ndarray, depth: np.ndarray, scales: np.ndarray, host, device: torch.device,
+                 dtype: torch.dtype, ids: tuple):
+        self.out, self.depth, self.scales, self.host, self.device, self.dtype = out, depth, scales, host, device, dtype
         self.ids, self.codes = ids, None
 
     def settle(self) -> None:
@@ -254,10 +296,15 @@ class _Readback:
         return t
 
     def decode(self, name: str) -> dict:
+        if self.depth is None:  # the shading pass wrote depth into alpha: nothing to decode
+            self.depth, self.scales = self.out[..., 3], None
+        elif self.scales is not None and name in ("depth", "alpha"):
+            decode_depth(self.depth, self.scales)  # once, in place
+            self.scales = None
         if name == "depth":
-            return {"depth": self.tensor(self.out[..., 3])}
+            return {"depth": self.tensor(self.depth)}
         if name == "alpha":
-            return {"alpha": self.tensor(coverage(self.host, self.out))}
+            return {"alpha": self.tensor(coverage(self.host, self.depth))}
         self.settle()
         face = decode_faces(self.host, self.codes)
         self.codes = None
@@ -265,9 +312,9 @@ class _Readback:
 
 
 class GLFrame(Frame):
-    """A GL-shaded ``Frame``: ``image`` and ``depth`` are views of the one readback; ``alpha`` is
-    decoded from the depth and ``face_index`` drawn by the id pass the first time each is read (a
-    caller who reads only ``image`` and ``depth`` never pays for them). It holds the readback
+    """A GL-shaded ``Frame``: ``depth`` and ``alpha`` are decoded from the readback and
+    ``face_index`` drawn by the id pass the first time each is read (a caller who reads only
+    ``image`` never pays for them). It holds the readback
     arrays, so no later frame reuses their memory, and its id pass draws what it drew, even after
     later renders or changes to the mesh (which run pending id passes before the buffers go)."""
 
