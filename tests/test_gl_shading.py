@@ -453,3 +453,19 @@ def test_lights_changed_in_place_are_seen_by_the_next_frame(r):
         brighter, ref = _both(r, h, _camera(), lights=[lights[0], DirectionalLight((-1.0, -1.0, -0.5), intensity=1.5)])
     _assert_parity(brighter, ref, "a new light")
     assert float((brighter.image - dimmer.image).abs().max()) > 0.1
+
+
+def test_one_texture_sampled_with_each_filter_and_wrap_in_turn(r):
+    """A texture's GL filter and wrap are set only when a call asks for other ones: the same
+    texture, rendered with each filter and wrap in turn (and back), matches the torch pass each time."""
+    tex = Texture(checker(4, (0.9, 0.85, 0.8), (0.15, 0.25, 0.6)))
+    floor = plane(4.0, 4)
+    h = r.upload(replace(floor, uvs=floor.uvs * 3.0 - 1.0))
+    cam = _camera((0.0, 1.2, 2.5), (0.0, 0.0, -0.5))
+    images = {}
+    for filt, wrap in [("nearest", "repeat"), ("bilinear", "repeat"), ("bilinear", "clamp"), ("nearest", "repeat")]:
+        gl, ref = _both(r, h, cam, textures=tex, texture_filter=filt, texture_wrap=wrap)
+        _assert_parity(gl, ref, f"{filt} {wrap}")
+        images.setdefault((filt, wrap), gl.image.clone())
+        assert torch.equal(images[(filt, wrap)], gl.image)
+    assert float((images[("nearest", "repeat")] - images[("bilinear", "clamp")]).abs().max()) > 0.1

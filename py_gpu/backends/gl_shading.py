@@ -54,6 +54,8 @@ MAX_FACES = 2**31 - 2
 #: alpha; larger meshes read the depth buffer. At 640x360 on llvmpipe the shader's depth cost 0.03
 #: ms at 20k faces and 1.1 ms at 80k, against 0.25-0.3 ms to read and decode the depth buffer.
 DEPTH_OUT_FACES = 40_000
+#: The texture samplers' uniform names, by slot.
+_TEX_NAMES = tuple(f"u_tex{k}" for k in range(MAX_TEXTURES))
 #: Texture unit of the UV pre-pass image (the frame's textures take units 1..MAX_TEXTURES).
 _UV_UNIT = MAX_TEXTURES + 1
 
@@ -581,6 +583,7 @@ class _GLTexture:
     def __init__(self, ctx, source: torch.Tensor, mipmapped: bool, levels: list[torch.Tensor]):
         self.source, self.version = source, source._version  # the tensor is held: its id stays unique
         self.mipmapped = mipmapped
+        self.sampling = None  # (filter, repeat) last set on the GL texture
         top = levels[0]
         Ht, Wt = top.shape[1], top.shape[2]
         self.tex = ctx.texture((Wt, Ht), 3, _rgb(top), dtype="f4")
@@ -898,11 +901,13 @@ def _bind_textures(backend: ModernGLBackend, prog, spec: ShadeSpec, x: ShadeInpu
         tex = _texture(backend, entry)
         gl_filter = {"nearest": (mgl.NEAREST, mgl.NEAREST), "bilinear": (mgl.LINEAR, mgl.LINEAR),
                      "trilinear": (mgl.LINEAR_MIPMAP_NEAREST, mgl.LINEAR)}[spec.filter]
-        tex.tex.filter = gl_filter
         repeat = spec.wrap == "repeat" and spec.textures != "atlas"  # atlas UVs are sampled clamped
-        tex.tex.repeat_x = tex.tex.repeat_y = repeat
+        if tex.sampling != (gl_filter, repeat):  # set on change only: the texture keeps them
+            tex.tex.filter = gl_filter
+            tex.tex.repeat_x = tex.tex.repeat_y = repeat
+            tex.sampling = (gl_filter, repeat)
         tex.tex.use(k + 1)
-        _set(prog, f"u_tex{k}", k + 1)
+        _set(prog, _TEX_NAMES[k], k + 1)
         levels.append(float(tex.levels))
     if levels:
         _set(prog, "u_levels", np.asarray(levels, dtype=np.float32).tobytes())

@@ -635,6 +635,7 @@ class ModernGLBackend(Backend):
         p = positions.detach().to("cpu", torch.float64).numpy()  # [V, 3]
         corners = np.ascontiguousarray(p[f.numpy().reshape(-1)], dtype=np.float32)  # [3F, 3] corner-major
         bounds = np.stack([p.min(0), p.max(0)]) if V else np.zeros((2, 3))
+        bounds.flags.writeable = False  # fixed for the mesh's life (its box corners are kept)
         with self._gl(where) as ctx:
             vbo = ctx.buffer(corners.tobytes()) if corners.size else None
             mesh = GLMesh(self, vbo, f.shape[0], bounds)
@@ -975,6 +976,26 @@ _BOX_CORNERS = np.array([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)])
 _XYZ = np.arange(3)
 
 
+def _corners(bounds: np.ndarray) -> np.ndarray:
+    """The 8 homogeneous corners ``[8, 4]`` of the box ``bounds`` (kept with a GLMesh's own bounds,
+    which never change)."""
+    held = _CORNERS_OF.get(id(bounds))
+    if held is not None and held[0] is bounds:
+        return held[1]
+    corners = np.ones((8, 4))
+    corners[:, :3] = np.asarray(bounds, dtype=np.float64)[_BOX_CORNERS, _XYZ]
+    corners.flags.writeable = False
+    if isinstance(bounds, np.ndarray) and not bounds.flags.writeable:
+        if len(_CORNERS_OF) >= 256:
+            _CORNERS_OF.clear()
+        _CORNERS_OF[id(bounds)] = (bounds, corners)
+    return corners
+
+
+#: id(bounds) -> (bounds, corners) for read-only bounds arrays (each GLMesh's).
+_CORNERS_OF: dict = {}
+
+
 def _depth_scales(clip: np.ndarray, inst: np.ndarray | None, bounds: np.ndarray) -> np.ndarray:
     """float64 ``[B]``: the ``a`` of ``z' = a z - w`` for each batch element.
 
@@ -984,8 +1005,7 @@ def _depth_scales(clip: np.ndarray, inst: np.ndarray | None, bounds: np.ndarray)
     plane itself have ``z/w = 0``). ``a = 1`` (the whole depth buffer holds ``z/w`` in [0, 2])
     unless some corner lies further, then ``a`` shrinks so that it stays inside with a margin.
     """
-    corners = np.ones((8, 4))
-    corners[:, :3] = np.asarray(bounds, dtype=np.float64)[_BOX_CORNERS, _XYZ]  # [8, 4]
+    corners = _corners(bounds)  # [8, 4]
     if inst is None:
         pts = np.einsum("bij,kj->bki", clip, corners)  # [B, 8, 4]
     else:
