@@ -51,7 +51,7 @@ _MATERIAL_WIDTH = 4096
 #: cleared 0 is empty.
 MAX_FACES = 2**31 - 2
 #: Largest face count (times instances) whose shading pass writes depth into the colour readback's
-#: alpha; larger meshes read the depth buffer. At 640x360 on llvmpipe the shader's depth cost 0.03
+#: alpha; larger meshes read the depth buffer. At 640x360 on llvmpipe the shader's depth cost 0.07
 #: ms at 20k faces and 1.1 ms at 80k, against 0.25-0.3 ms to read and decode the depth buffer.
 DEPTH_OUT_FACES = 40_000
 #: The texture samplers' uniform names, by slot.
