@@ -469,3 +469,18 @@ def test_one_texture_sampled_with_each_filter_and_wrap_in_turn(r):
         images.setdefault((filt, wrap), gl.image.clone())
         assert torch.equal(images[(filt, wrap)], gl.image)
     assert float((images[("nearest", "repeat")] - images[("bilinear", "clamp")]).abs().max()) > 0.1
+
+
+def test_frames_dropped_unread_leave_no_pending_id_passes_behind(r):
+    """A render loop that never reads face ids keeps only a bounded list of waiting frames (weak
+    references, pruned as it grows), and a frame still held is drawn when its buffers go."""
+    h = r.upload(_colored_torus())
+    with torch.no_grad():
+        for _ in range(200):
+            r.render(h, _camera(), lights=LIGHTS)
+        held = r.render(h, _camera(), lights=LIGHTS)
+    pending = h._gpu._shading.pending
+    assert len(pending) <= 65 and sum(ref() is not None for ref in pending) == 1
+    r.release(h)
+    assert len(pending) == 0 and bool((held.face_index >= 0).any())
+    _assert_covers_its_own_pixels(held)

@@ -494,8 +494,10 @@ class _MeshAttributes:
     the triangles are the same, corner for corner). A white mesh's records leave the color out
     (a 36 instead of a 48 byte stride measured 3-6% of an 80k-face draw on llvmpipe).
 
-    ``pending`` holds the readbacks whose id pass (:func:`shade_faces`) has not run yet; they draw
-    with these buffers, so :meth:`settle` runs them before the buffers are released."""
+    ``pending`` holds weak references to the readbacks whose id pass (:func:`shade_faces`) has
+    not run yet; they draw with these buffers, so :meth:`settle` runs them before the buffers are
+    released. It is read and changed only under the backend's lock (plain references without
+    callbacks, so that no collection changes it from another thread), and pruned as it grows."""
 
     def __init__(self, ctx, key, vertices: np.ndarray, faces: np.ndarray, materials: np.ndarray):
         self.key = key
@@ -510,7 +512,7 @@ class _MeshAttributes:
         self.vbo = ctx.buffer(records.tobytes())
         self.ibo = ctx.buffer(indices.tobytes())
         self.ibo_plain = ctx.buffer(np.ascontiguousarray(faces, dtype=np.int32).tobytes())
-        self.pending: weakref.WeakSet = weakref.WeakSet()
+        self.pending: set = set()
         F = materials.shape[0]
         rows = max(1, -(-F // _MATERIAL_WIDTH))
         table = np.zeros(rows * _MATERIAL_WIDTH, dtype=np.int32)
@@ -521,10 +523,22 @@ class _MeshAttributes:
     def objects(self) -> list:
         return [vao for vao, _ in self.vaos.values()] + [self.vbo, self.ibo, self.ibo_plain, self.materials]
 
+    def wait(self, readback) -> weakref.ref:
+        """Note ``readback`` as waiting for its id pass (call with the backend's lock held)."""
+        if len(self.pending) >= 64:
+            self.pending = {r for r in self.pending if r() is not None}
+        ref = weakref.ref(readback)
+        self.pending.add(ref)
+        return ref
+
     def settle(self) -> None:
-        """Run the id pass of every frame still waiting for it, while these buffers live."""
-        for readback in list(self.pending):
-            readback.settle()
+        """Run the id pass of every frame still waiting for it, while these buffers live (call
+        with the backend's lock held)."""
+        for ref in list(self.pending):
+            readback = ref()
+            if readback is not None:
+                readback.settle()
+        self.pending.clear()
 
 
 def provoking_layout(faces: np.ndarray, V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

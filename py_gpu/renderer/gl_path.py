@@ -262,7 +262,8 @@ def render(scene: Scene, h: MeshHandle, p: GLPlan, camera: Camera, size, setting
     out, depth, scales, host = shade_geometry(scene.backend, mesh, attrs, spec, x, size, settings)
     readback = _Readback(out, depth, scales, host, scene.device, scene.dtype,
                          (scene.backend, mesh, attrs, spec, x, size, settings))
-    attrs.pending.add(readback)
+    with scene.backend._lock:
+        readback.waiting = attrs.wait(readback)
     frame = GLFrame.lazy(readback.tensor(out[..., :3]), readback)
     if attachments:
         object.__setattr__(frame, "extras", _id_extras(scene, h, attachments, inst, frame.face_index))
@@ -278,16 +279,19 @@ class _Readback:
     def __init__(self, out: np.ndarray, depth: np.ndarray, scales: np.ndarray, host, device: torch.device,
                  dtype: torch.dtype, ids: tuple):
         self.out, self.depth, self.scales, self.host, self.device, self.dtype = out, depth, scales, host, device, dtype
-        self.ids, self.codes = ids, None
+        self.ids, self.codes, self.waiting = ids, None, None
 
     def settle(self) -> None:
         """Draw the id pass now (once); the buffers it draws from may go after this."""
         if self.ids is None:
             return
         backend, mesh, attrs, spec, x, size, settings = self.ids
-        self.codes = shade_faces(backend, mesh, attrs, spec, x, size, settings, self.host)
-        self.ids = None
-        attrs.pending.discard(self)
+        with backend._lock:
+            if self.ids is None:  # another thread drew it meanwhile
+                return
+            self.codes = shade_faces(backend, mesh, attrs, spec, x, size, settings, self.host)
+            self.ids = None
+            attrs.pending.discard(self.waiting)
 
     def tensor(self, a: np.ndarray, integer: bool = False) -> torch.Tensor:
         t = torch.from_numpy(a)  # no copy where the scene is float32 on the CPU
