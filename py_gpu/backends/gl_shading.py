@@ -20,10 +20,11 @@ float RGBA colour attachment. Depth comes one of two ways (``DEPTH_OUT_FACES``):
 to 40k faces (times instances) the fragment shader writes py_gpu's z/w into alpha, cleared to
 +inf, so there is nothing more to read or decode; for larger ones, whose many small triangles run
 the fragment shader on many more (partly covered) quads, reading ``gl_FragCoord.z`` measured 5-8%
-of the draw, and the depth buffer is read back instead (0.25 ms at 640x360). Face ids are a second, lazy pass (:func:`shade_faces`) drawn the first time a frame's
-``face_index`` is read: an int32 attachment of each face's id from a flat varying of its own
-provoking corner (see ``provoking_layout``). A caller who never reads them never pays for the
-varying, which measured 2-10% of a draw on llvmpipe, nor for the vertex copies it needs.
+of the draw, and the depth buffer is read back instead (0.25 ms at 640x360). Face ids are a
+second, lazy pass (:func:`shade_faces`) drawn the first time a frame's ``face_index`` is read: an
+int32 attachment of each face's id from a flat varying of its own provoking corner (see
+``provoking_layout``). A caller who never reads them never pays for the varying, which measured
+2-10% of a draw on llvmpipe, nor for the vertex copies it needs.
 Rows are flipped in the projection, so each reads back top row first, into host arrays that
 torch wraps without a copy (see :class:`Recycler`).
 """
@@ -707,7 +708,8 @@ def shade_geometry(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttribute
         for b in range(B):
             target.clear(st.fbo, bg[0], bg[1], bg[2], np.inf)  # unscissored: llvmpipe's fast clear
             if vao is not None:
-                _write_instances(backend, mesh, inst, b)
+                if inst is not None:
+                    mesh.write_instances(inst, b)
                 if pre is not None:
                     _uv_prepass(backend, pre, spec, inputs, b, gl_clip[b], scales[b], st, N)
                 _frame_uniforms(prog, spec, inputs, b, gl_clip[b], scales[b], mesh.num_faces)
@@ -751,7 +753,8 @@ def shade_faces(backend: ModernGLBackend, mesh: GLMesh, attrs: _MeshAttributes, 
         for b in range(B):
             target.clear(fbo, 0.0, 0.0, 0.0, 0.0)
             if vao is not None:
-                _write_instances(backend, mesh, inst, b)
+                if inst is not None:
+                    mesh.write_instances(inst, b)
                 _frame_uniforms(prog, ids, inputs, b, gl_clip[b], scales[b], mesh.num_faces)
                 for test in ("<", "<=") if spec.uv_image else ("<",):
                     backend.ctx.depth_func = test
@@ -777,21 +780,6 @@ def _gl_clips(mesh: GLMesh, inputs: ShadeInputs) -> tuple[np.ndarray, np.ndarray
     """Per view, the GL clip matrix with rows flipped ``[B, 4, 4]`` and the depth scale ``[B]``
     (as ``rasterize_geometry`` chooses it)."""
     return _FLIP_ROWS @ inputs.clip, _depth_scales(inputs.clip, inputs.instances, mesh.bounds)
-
-
-def _write_instances(backend: ModernGLBackend, mesh: GLMesh, inst, b: int) -> None:
-    """Write view ``b``'s instance transforms, unless the buffer holds them already (every view
-    sharing them, or the id pass right after its frame)."""
-    if inst is None:
-        return
-    row = min(b, inst.shape[0] - 1)
-    held = mesh._instances_source
-    if held is not None and held[0] is inst and held[1] == row:
-        return
-    cols = np.ascontiguousarray(inst[row].transpose(0, 2, 1), dtype=np.float32)
-    mesh._instances.write(cols.tobytes())
-    mesh._instances_source = (inst, row)
-    backend.counters.instance_uploads += 1
 
 
 def decode_faces(host: Recycler, codes: np.ndarray) -> np.ndarray:

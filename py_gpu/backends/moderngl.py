@@ -326,7 +326,7 @@ class GLMesh:
         self._vaos: dict[bool, object] = {}
         self._instances = None  # per-instance transforms, float32 [N, 16] column-major
         self._instances_capacity = 0
-        self._instances_source = None  # (array, row) whose transforms GL shading last wrote there
+        self._instances_source = None  # (array, row) whose transforms the instance buffer holds
         self._shading = None  # GL shading buffers (py_gpu.backends.gl_shading), made on first use
         self.num_faces = num_faces
         self.bounds = bounds
@@ -347,17 +347,26 @@ class GLMesh:
         objs += [b for b in (self._vbo, self._instances) if b is not None]
         return objs
 
+    def write_instances(self, inst: np.ndarray, b: int) -> None:
+        """Write view ``b``'s transforms of ``inst`` (float ``[B|1, N, 4, 4]``) into the instance
+        buffer (column-major ``[N, 16]``), unless it holds them already: every view sharing them,
+        or GL shading's id pass right after its frame. Call with the context current."""
+        row = min(b, inst.shape[0] - 1)
+        held = self._instances_source
+        if held is not None and held[0] is inst and held[1] == row:
+            return
+        cols = np.ascontiguousarray(inst[row].transpose(0, 2, 1), dtype=np.float32)
+        self._instances.write(cols.tobytes())
+        self._instances_source = (inst, row)
+        self._backend.counters.instance_uploads += 1
+
     def release(self) -> None:
         """Free the GL buffers; safe to call twice. Frames still waiting for their face ids (GL
-        shading's lazy id pass) draw them first."""
+        shading's lazy id pass) draw them first (see ``ModernGLBackend._forget_mesh``)."""
         if self.released:
             return
-        gl = self._backend
-        if self._shading is not None and not gl._released and gl.ctx is not None and gl._unusable is None:
-            with gl._gl("GLMesh.release"):
-                self._shading.settle()
-        self._released = True
         self._backend._forget_mesh(self)
+        self._released = True
         self._drop()
 
     def _drop(self) -> None:
@@ -652,6 +661,8 @@ class ModernGLBackend(Backend):
             self.counters.geometry_releases += 1
             if not self._released and self.ctx is not None:
                 with self._gl(f"{type(self).__name__}.release"):
+                    if mesh._shading is not None:
+                        mesh._shading.settle()  # frames still waiting for their face ids draw them first
                     for obj in mesh.objects():
                         obj.release()
 
@@ -754,11 +765,7 @@ class ModernGLBackend(Backend):
                     prog["u_depth_scale"].value = 2.0 / a  # window z = a (z/w) / 2
                     if inst is not None:
                         prog["u_faces"].value = mesh.num_faces
-                        if b == 0 or inst.shape[0] > 1:
-                            cols = np.ascontiguousarray(inst[min(b, inst.shape[0] - 1)].transpose(0, 2, 1), dtype=np.float32)
-                            mesh._instances.write(cols.tobytes())  # [N, 16] column-major
-                            mesh._instances_source = None
-                            self.counters.instance_uploads += 1
+                        mesh.write_instances(inst, b)
                         vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces, instances=N)
                     else:
                         vao.render(self._mgl.TRIANGLES, vertices=3 * mesh.num_faces)

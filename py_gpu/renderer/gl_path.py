@@ -318,9 +318,9 @@ class _Readback:
 class GLFrame(Frame):
     """A GL-shaded ``Frame``: ``depth`` and ``alpha`` are decoded from the readback and
     ``face_index`` drawn by the id pass the first time each is read (a caller who reads only
-    ``image`` never pays for them). It holds the readback
-    arrays, so no later frame reuses their memory, and its id pass draws what it drew, even after
-    later renders or changes to the mesh (which run pending id passes before the buffers go)."""
+    ``image`` never pays for them). It holds the readback arrays, so no later frame reuses their
+    memory, and its id pass draws what it drew, even after later renders or changes to the mesh
+    (which run pending id passes before the buffers go)."""
 
     @classmethod
     def lazy(cls, image: torch.Tensor, readback: _Readback) -> "GLFrame":
