@@ -636,6 +636,27 @@ def test_exp_normal_is_exp_except_where_the_result_is_not_normal(dtype):
     assert torch.equal(1.0 - got.detach()[~normal], 1.0 - want[~normal])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 8])
+def test_slot_reductions_match_torch_bit_for_bit(K, dtype):
+    """The blend's sums and maxima over the K slots (added slice by slice for short K) equal
+    torch's reductions bit for bit, with gradients, on contiguous and strided slots, -inf, 0 and
+    values of very different sizes among them."""
+    from py_gpu.shading.blend import slot_max, slot_sum
+
+    g = torch.Generator().manual_seed(10 * K + (dtype == torch.float64))
+    x = torch.randn(3, 65, 2 * K, generator=g, dtype=dtype) * torch.logspace(-8, 8, 2 * K, dtype=dtype)
+    x[0, :5, 0] = -math.inf
+    x[1, :5] = 0.0
+    for v in (x[..., :K].contiguous(), x[..., :K], x[..., ::2]):
+        for keepdim in (False, True):
+            assert torch.equal(slot_sum(v, keepdim), v.sum(-1, keepdim=keepdim))
+            assert torch.equal(slot_max(v, keepdim), v.amax(-1, keepdim=keepdim))
+        leaf = v.detach().clone().requires_grad_(True)
+        up = torch.randn(leaf.shape[:-1], generator=g, dtype=dtype)
+        assert torch.equal(torch.autograd.grad((slot_sum(leaf) * up).sum(), leaf)[0], up[..., None].expand_as(leaf))
+
+
 @pytest.mark.parametrize("K", [1, 2, 3, 4, 8, 16])
 def test_first_covering_slot_matches_the_reduction(K):
     """The nearest covering slot of each pixel, read from the K flags as the bytes of one integer

@@ -44,6 +44,37 @@ __all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weigh
            "nearest_covering", "check_depth_range", "blend_planes"]
 
 
+#: Slot counts up to which :func:`slot_sum` and :func:`slot_max` add the slots one by one.
+_SHORT_SLOTS = 4
+
+
+def slot_sum(x: torch.Tensor, keepdim: bool = False) -> torch.Tensor:
+    """``x.sum(dim=-1)`` over the K slots, the same bits. torch's CPU sum over a last dim of 2-4
+    runs 3-10x slower than adding its slices (measured at 1 thread: 0.24 against 0.08 ms for
+    32,768 pixels of 4 slots), and adds them in the same order (slot 0 first), which
+    ``tests/test_soft.py`` checks for every K up to :data:`_SHORT_SLOTS`. Under autograd, one sum
+    (one node, whose backward is one expand) costs less than K - 1 additions."""
+    K = x.shape[-1]
+    if K <= 1 or K > _SHORT_SLOTS or (x.requires_grad and torch.is_grad_enabled()):
+        return x.sum(dim=-1, keepdim=keepdim)
+    total = x[..., 0] + x[..., 1]
+    for k in range(2, K):
+        total = total + x[..., k]
+    return total[..., None] if keepdim else total
+
+
+def slot_max(x: torch.Tensor, keepdim: bool = False) -> torch.Tensor:
+    """``x.amax(dim=-1)`` over the K slots (a maximum has no order), by slices for short K as
+    :func:`slot_sum`."""
+    K = x.shape[-1]
+    if K <= 1 or K > _SHORT_SLOTS or (x.requires_grad and torch.is_grad_enabled()):
+        return x.amax(dim=-1, keepdim=keepdim)
+    top = torch.maximum(x[..., 0], x[..., 1])
+    for k in range(2, K):
+        top = torch.maximum(top, x[..., k])
+    return top[..., None] if keepdim else top
+
+
 def _scaled(frags: Fragments, sigma: float) -> torch.Tensor:
     """float ``[B, H, W, K]``: ``dist / sigma``, 0 on empty slots."""
     if frags.dist is None:
@@ -64,7 +95,7 @@ def silhouette(frags: Fragments, settings: RasterSettings) -> torch.Tensor:
         return frags.alpha
     log_miss = nnf.logsigmoid(-_scaled(frags, settings.sigma))  # log(1 - D_k)
     log_miss = torch.where(frags.mask, log_miss, torch.zeros_like(log_miss))
-    return (1.0 - exp_normal(log_miss.sum(dim=-1)))[..., None]
+    return (1.0 - exp_normal(slot_sum(log_miss)))[..., None]
 
 
 def depth_range(depth: torch.Tensor, blend_settings: BlendSettings, *, clip_space: bool,
@@ -145,15 +176,15 @@ def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: Bl
     b = blend_settings
     eps, gamma = b.background_epsilon, b.gamma
     z = _normalized(frags, b, zrange)  # [B, H, W, K]
-    z_max = torch.where(mask, z, torch.full_like(z, -math.inf)).amax(dim=-1, keepdim=True).clamp(min=eps)
+    z_max = slot_max(torch.where(mask, z, torch.full_like(z, -math.inf)), keepdim=True).clamp(min=eps)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + (z - z_max) / gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
     logit_bg = torch.clamp((eps - z_max) / gamma, min=math.log(eps))  # [B, H, W, 1]
     # the softmax over the K slots and the background, written out: torch.softmax over a short
     # last dim runs at ~18 ns per element on the CPU (about 10x these ops)
-    top = torch.maximum(logit.amax(dim=-1, keepdim=True), logit_bg).detach()
+    top = torch.maximum(slot_max(logit, keepdim=True), logit_bg).detach()
     e, e_bg = exp_normal(logit - top), exp_normal(logit_bg - top)
-    total = e.sum(dim=-1, keepdim=True) + e_bg
+    total = slot_sum(e, keepdim=True) + e_bg
     return e / total, (e_bg / total)[..., 0]
 
 
@@ -165,7 +196,7 @@ def _face_logits(frags: Fragments, settings: RasterSettings, blend_settings: Ble
     z = _normalized(frags, blend_settings, zrange)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + z / blend_settings.gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
-    top = logit.amax(dim=-1, keepdim=True)
+    top = slot_max(logit, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
     return logit - top
 
@@ -184,7 +215,7 @@ def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: Ble
     (summing to 1 where any face is kept, 0 elsewhere)."""
     shifted = _face_logits(frags, settings, blend_settings, zrange)
     e = exp_normal(shifted)
-    total = e.sum(dim=-1, keepdim=True)
+    total = slot_sum(e, keepdim=True)
     return e / torch.where(total > 0, total, torch.ones_like(total))
 
 
@@ -204,12 +235,12 @@ def blend_planes(planes, frags: Fragments, background: torch.Tensor, settings: R
     ``weights``: the ``"over"`` form's :func:`face_weights`, when the caller has them."""
     if blend_settings.composite == "softras":
         weights, w_bg = blend_weights(frags, settings, blend_settings, zrange)
-        return torch.stack([(weights * plane).sum(dim=-1) + w_bg * background[c] for c, plane in enumerate(planes)],
+        return torch.stack([slot_sum(weights * plane) + w_bg * background[c] for c, plane in enumerate(planes)],
                            dim=-1)
     if weights is None:
         weights = face_weights(frags, settings, blend_settings, zrange)
     alpha = silhouette(frags, settings)[..., 0]
-    return torch.stack([alpha * (weights * plane).sum(dim=-1) + (1.0 - alpha) * background[c]
+    return torch.stack([alpha * slot_sum(weights * plane) + (1.0 - alpha) * background[c]
                         for c, plane in enumerate(planes)], dim=-1)
 
 
