@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import py_gpu
-from py_gpu import BlendSettings, MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
+from py_gpu import BlendSettings, Fragments, MemoryBudgetError, PyGpuTypeError, PyGpuValueError, RasterSettings, TriangleBatch
 from py_gpu.fixtures import grid_fixture, mesh_fixture
 from py_gpu.raster.soft_oracle import rasterize_soft_oracle
 from py_gpu.raster.torch_soft import rasterize_soft, soft_geometry
@@ -655,6 +655,32 @@ def test_slot_reductions_match_torch_bit_for_bit(K, dtype):
         leaf = v.detach().clone().requires_grad_(True)
         up = torch.randn(leaf.shape[:-1], generator=g, dtype=dtype)
         assert torch.equal(torch.autograd.grad((slot_sum(leaf) * up).sum(), leaf)[0], up[..., None].expand_as(leaf))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("K", [1, 3, 4, 8])
+def test_slot_weights_match_face_weights_bit_for_bit(K, dtype):
+    """The forward pass's blend weights of the rasterizer's slot buffers (empty slots: face -1,
+    distance 0, depth +inf) equal face_weights' masked ones bit for bit, pixels with no face,
+    with one face and with K faces among them, and faces far behind the nearest (weight 0)."""
+    from py_gpu.shading.blend import face_weights, slot_weights
+
+    g = torch.Generator().manual_seed(K)
+    shape = (2, 9, 7, K)
+    filled = torch.rand(shape, generator=g) < 0.6
+    filled[:, 0] = False  # a row of pixels with no face
+    filled[:, 1, :, 1:] = False  # one face each
+    filled[:, 2] = True
+    face = torch.where(filled, torch.randint(0, 50, shape, generator=g), -1)
+    dist = torch.where(filled, torch.randn(shape, generator=g, dtype=dtype) * 4, 0.0).to(dtype)
+    depth = torch.where(filled, 2 + 2 * torch.rand(shape, generator=g, dtype=dtype), math.inf).to(dtype)
+    depth[:, 3, :, -1] = torch.where(filled[:, 3, :, -1], 400.0, math.inf)  # far behind: weight 0
+    zrange = torch.tensor([[2.0, 6.0], [1.5, 4.5]], dtype=dtype)
+    s, b = soft(sigma=0.7, faces_per_pixel=K), BlendSettings(gamma=0.05)
+    want = face_weights(Fragments(face, None, depth, dist), s, b, zrange)
+    got = slot_weights(dist, depth, s.sigma, b.gamma, zrange)
+    assert torch.equal(got, want)
+    assert bool((want == 0).any()) and bool((want[:, 2].sum(-1) > 0.999).all())
 
 
 @pytest.mark.parametrize("K", [1, 2, 3, 4, 8, 16])

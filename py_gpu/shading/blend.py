@@ -41,7 +41,7 @@ from ..raster.torch_soft import exp_floor, exp_normal
 from ..settings import BlendSettings, RasterSettings
 
 __all__ = ["coverage", "silhouette", "depth_range", "blend_weights", "face_weights", "weighted", "blend",
-           "nearest_covering", "check_depth_range", "blend_planes"]
+           "nearest_covering", "check_depth_range", "blend_planes", "slot_weights"]
 
 
 #: Slot counts up to which :func:`slot_sum` and :func:`slot_max` add the slots one by one.
@@ -215,6 +215,22 @@ def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: Ble
     (summing to 1 where any face is kept, 0 elsewhere)."""
     shifted = _face_logits(frags, settings, blend_settings, zrange)
     e = exp_normal(shifted)
+    total = slot_sum(e, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def slot_weights(dist: torch.Tensor, depth: torch.Tensor, sigma: float, gamma: float,
+                 zrange: torch.Tensor) -> torch.Tensor:
+    """:func:`face_weights` of the slots ``dist``, ``depth`` (float ``[B, H, W, K]``) whose empty
+    entries hold depth +inf (the rasterizer's own slot buffers), the same bits without masks:
+    there the normalized depth is -inf, so the logit is -inf and the weight 0, as the masks make
+    them. (``zrange``: float ``[B, 2]`` of :func:`depth_range`.)"""
+    zrange = zrange.to(depth.dtype)
+    near, far = zrange[:, 0].view(-1, 1, 1, 1), zrange[:, 1].view(-1, 1, 1, 1)
+    logit = nnf.logsigmoid(dist / sigma) + ((far - depth) / (far - near)) / gamma
+    top = slot_max(logit, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
+    e = exp_normal(logit - top)
     total = slot_sum(e, keepdim=True)
     return e / torch.where(total > 0, total, torch.ones_like(total))
 

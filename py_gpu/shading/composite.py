@@ -23,7 +23,7 @@ from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _per
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft,
                                  slot_centers)
 from ..settings import BlendSettings, RasterSettings
-from .blend import blend_planes, depth_range, face_weights, nearest_covering, silhouette, weighted
+from .blend import blend_planes, depth_range, nearest_covering, silhouette, slot_weights, weighted
 from .interpolate import corner_ids, gather_face, interpolate_vertex, weigh_corners
 
 __all__ = ["background_tensor", "slot_colors", "composite_hard", "composite_soft", "at_slot",
@@ -208,7 +208,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                 part = Fragments(fi[None], None, known[1][None], known[0][None], None, part_alpha)
                 weights = live = None
                 if blend_settings.composite == "over":  # colors only where a face has weight
-                    weights = face_weights(part, settings, blend_settings, zr[None])
+                    weights = slot_weights(known[0][None], known[1][None], settings.sigma, blend_settings.gamma,
+                                           zr[None])  # face_weights, the same bits
                     live = weights[0] > 0
                     if record is not None:  # at: the block's first tile row, or its pixels
                         n = live.shape[-1]
