@@ -637,6 +637,41 @@ def test_exp_normal_is_exp_except_where_the_result_is_not_normal(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_runs_of_candidates_give_the_per_candidate_values_bit_for_bit(lanes, dtype):
+    """The selection's runs (one face, one row, ``lanes`` columns) give each candidate the distance
+    and depth that the per-candidate path computes, bit for bit, and -inf past the run's end; on
+    triangles of every shape, degenerate ones among them, with pixels inside, outside and on edges."""
+    from py_gpu.raster import torch_soft
+
+    g = torch.Generator().manual_seed(lanes)
+    n = 300
+    corners = torch.rand(n, 3, 2, generator=g, dtype=dtype) * 40 - 5
+    corners[:10, 2] = corners[:10, 0]  # degenerate: two corners equal
+    corners[10:20, 2] = (corners[10:20, 0] + corners[10:20, 1]) / 2  # degenerate: collinear
+    corners[20:30] = corners[20:30].round()  # pixel centres exactly on edges
+    tri = torch.cat([corners, torch.rand(n, 3, 1, generator=g, dtype=dtype) * 3 + 1], -1)
+    table = torch_soft._edge_table(tri)
+    R = 4000
+    face = torch.randint(0, n, (R,), generator=g)
+    row = torch.randint(-3, 40, (R,), generator=g)
+    col = torch.randint(-3, 40, (R,), generator=g)
+    left = torch.randint(1, 2 * lanes, (R,), generator=g)
+    dist = torch.empty(R, lanes, dtype=dtype)
+    depth = torch.empty(R, lanes, dtype=dtype)
+    torch_soft._run_geometry(table, face, row, col, left, lanes, dist, depth)
+    lane = torch.arange(lanes)
+    f, r, c = face[:, None].expand(R, lanes), row[:, None].expand(R, lanes), col[:, None] + lane
+    d, z = torch_soft._miss_terms(table, f.reshape(-1), c.reshape(-1), r.reshape(-1), 1.0, -9.0, dist_only=True,
+                                  depth=True)
+    inside = lane < left[:, None]
+    assert torch.equal(dist[inside], d.view(R, lanes)[inside])
+    assert torch.equal(depth[inside], z.view(R, lanes)[inside])
+    assert bool((dist[~inside] == -math.inf).all())
+    assert bool((d > 0).any()) and bool((d < -9).any())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 8])
 def test_slot_reductions_match_torch_bit_for_bit(K, dtype):
     """The blend's sums and maxima over the K slots (added slice by slice for short K) equal
