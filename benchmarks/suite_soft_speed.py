@@ -47,9 +47,9 @@ def cube_batch(side: int) -> TriangleBatch:
     return TriangleBatch(clip, c.faces, vertex_colors=colors)
 
 
-def sphere_batch(side: int, views: int = 1) -> TriangleBatch:
-    """The 1,280-face icosphere at ``side`` px (screen space), ``views`` copies slightly shifted."""
-    base = mesh_fixture("icosphere", 1280, side, side, dtype=torch.float32)
+def sphere_batch(side: int, views: int = 1, faces: int = 1280) -> TriangleBatch:
+    """The ``faces``-face icosphere at ``side`` px (screen space), ``views`` copies slightly shifted."""
+    base = mesh_fixture("icosphere", faces, side, side, dtype=torch.float32)
     v = torch.cat([base.vertices + torch.tensor([0.37 * i, 0.21 * i, 0.0]) for i in range(views)])
     cols = base.vertex_colors.expand(views, -1, -1).contiguous()
     return TriangleBatch(v, base.faces, vertex_colors=cols)
@@ -150,6 +150,29 @@ def _run(report: Report, quick: bool) -> None:
     separate = time_call(eight, repeat=repeat)
     report.add_row(b, ["icosphere 1,280 faces, 64x64, rgb", fmt_ms(one_call), fmt_ms(separate),
                        f"{one_call / separate:.2f}x" if separate else "n/a", "<= 0.5x"])
+    _batch_costs(report, repeat, separate / views)
+
+
+def _batch_costs(report: Report, repeat: int, view_ms: float) -> None:
+    """Where the time of a batched call goes: a 20-face icosphere at 8x8 (almost no work per view)
+    in one call of B = 1 and of B = 8 gives the fixed cost of a call and of each view in it; the
+    icosphere view's own work is what its single call (``view_ms``) spends beyond both."""
+    t = report.table("Soft mode, batched views: fixed and per-view costs (CPU, 1 thread, float32, rgb fwd+bwd, ms)",
+                     ["scene", "B=1 one call", "B=8 one call", "each view beyond the first"])
+    tiny = {}
+    for views in (1, 8):
+        _, _, rgb = _steps(sphere_batch(8, views, faces=20), (8, 8))
+        tiny[views] = time_call(rgb, repeat=repeat)
+    per_view = (tiny[8] - tiny[1]) / 7
+    report.add_row(t, ["icosphere 20 faces, 8x8", fmt_ms(tiny[1]), fmt_ms(tiny[8]), fmt_ms(per_view)])
+    call = max(0.0, tiny[1] - per_view)
+    work = max(0.0, view_ms - call - per_view)
+    shared = (call + per_view + 8 * work) / (8 * view_ms) if view_ms else float("nan")
+    t.notes.append(f"a call costs {call:.1f} ms and each view in it {per_view:.1f} ms before any work; a 1,280-face "
+                   f"64x64 view's own work is the rest of its single call ({view_ms:.1f} ms): {work:.1f} ms")
+    t.notes.append(f"a batched call that paid the per-view cost once would take {shared:.2f}x the time of 8 single "
+                   "calls; (F + 8 w) / (8 F + 8 w) is at most 0.5x only when a view's own work w is at most 3/4 of "
+                   f"the fixed costs F of a single call (here {0.75 * (call + per_view):.1f} ms)")
 
 
 if __name__ == "__main__":  # pragma: no cover
