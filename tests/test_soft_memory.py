@@ -478,6 +478,33 @@ def _deep_scene(dtype=torch.float32) -> TriangleBatch:
                          vertex_colors=torch.rand(1, verts.shape[1], 3, generator=g).to(dtype))
 
 
+@pytest.mark.parametrize("K", [1, 4, 8])
+def test_slot_counts_read_from_single_slots_match_the_counts(K):
+    """The deepest pixel's slot count (_occupied) and the pixels filling more than half the K
+    slots (_shallow), read from single slots of packed slots (kept faces fill the first ones),
+    are what counting the filled slots of every pixel gives: tiles with no face, with the last
+    slot filled somewhere and with it empty everywhere."""
+    g = torch.Generator().manual_seed(K)
+    for top in (0, 1, K // 2, K // 2 + 1, K):
+        count = torch.randint(0, top + 1, (33, 17), generator=g)
+        if top:
+            count[5, 3] = top  # the deepest pixel has exactly `top`
+        fi = torch.where(torch.arange(K) < count[..., None], torch.randint(0, 99, (33, 17, K), generator=g), -1)
+        used = int((fi >= 0).sum(-1).max())
+        assert composite._occupied(fi).shape[-1] == max(1, used)
+        known = [torch.rand(33, 17, K, generator=g), torch.rand(33, 17, K, generator=g)]
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(composite, "_DEEP_SHARE", 1.0)  # split whenever a pixel is deep
+            out_fi, out_known, deep = composite._shallow(fi, known)
+        over = torch.nonzero((fi >= 0).sum(-1).view(-1) > K // 2).squeeze(1)
+        if K < 4 or over.numel() == 0:
+            assert deep is None and out_fi is fi
+        else:
+            at, deep_fi, deep_known = deep
+            assert torch.equal(at, over) and torch.equal(deep_fi, fi.view(-1, 1, K)[over])
+            assert torch.equal(out_fi, fi[..., :K // 2]) and torch.equal(deep_known[0], known[0].view(-1, 1, K)[over])
+
+
 def _spy_shallow(monkeypatch) -> list:
     """Whether each call of composite._shallow split the tile's deep pixels off."""
     split = []

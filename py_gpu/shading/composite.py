@@ -336,10 +336,12 @@ def _shallow(face_index: torch.Tensor, known):
     rows, cols, K = face_index.shape
     if K < 4:
         return face_index, known, None
-    filled = (face_index >= 0).sum(-1).view(-1)
     width = K // 2
-    at = torch.nonzero(filled > width).squeeze(1)
-    if at.numel() > _DEEP_SHARE * filled.numel() or int(filled.max()) <= width:
+    # the pixels filling more than `width` slots are those whose slot `width` is filled (kept
+    # faces fill the first slots): one comparison, not a count over K (torch's CPU sum over a
+    # short last dim is slow)
+    at = torch.nonzero(face_index[..., width].reshape(-1) >= 0).squeeze(1)
+    if at.numel() > _DEEP_SHARE * rows * cols or at.numel() == 0:
         return face_index, known, None
     deep = (at, face_index.view(-1, 1, K).index_select(0, at), [v.view(-1, 1, K).index_select(0, at) for v in known])
     return (face_index[..., :width].contiguous(), [v[..., :width].contiguous() for v in known], deep)
@@ -348,8 +350,14 @@ def _shallow(face_index: torch.Tensor, known):
 def _occupied(face_index: torch.Tensor) -> torch.Tensor:
     """``face_index`` ``[..., K]`` cut to the slots some pixel uses (at least one): kept faces fill
     the first slots, and empty slots add nothing to a blend, so the frame is the same while the
-    work follows the deepest pixel's count rather than K."""
-    used = int((face_index >= 0).sum(-1).max()) if face_index.numel() else 0
+    work follows the deepest pixel's count rather than K. Where some pixel fills the last slot
+    (dense scenes, most tiles), that is K: one comparison on that slot first, before a count over
+    K (torch's CPU sum over a short last dim is slow)."""
+    if face_index.numel() == 0:
+        return face_index[..., :1]
+    if bool((face_index[..., -1] >= 0).any()):
+        return face_index
+    used = int((face_index >= 0).sum(-1).max())
     return face_index[..., :max(1, used)]
 
 
