@@ -105,8 +105,35 @@ def run(report: Report, quick: bool = False) -> None:
         torch.set_num_threads(threads)
 
 
+def _machine(report: Report, repeat: int, when: str) -> None:
+    """How fast the machine is while the suite runs (it is shared, and its speed moves by tens of
+    percent within minutes): a streaming float32 multiply, one small torch operation and a pure
+    Python loop, timed before and after the scenes. Records of different days compare only
+    where these agree."""
+    big, small = torch.rand(1 << 20), torch.rand(16)
+
+    def ops():
+        for _ in range(1000):
+            small.mul(2.0)
+
+    row = [when, fmt_ms(time_call(lambda: big.mul(2.0), repeat=5 * repeat)),
+           f"{time_call(ops, repeat=repeat):.2f}", fmt_ms(time_call(lambda: sum(range(10 ** 6)), repeat=repeat))]
+    title = "Machine speed during the soft-speed run (1 thread)"
+    table = next((t for t in report.tables if t.title == title), None) or report.table(
+        title, ["when", "1M float32 multiply, ms", "small torch op, us", "Python sum(range(1e6)), ms"])
+    report.add_row(table, row)
+
+
 def _run(report: Report, quick: bool) -> None:
     repeat = 3 if quick else 7
+    _machine(report, repeat, "before the scenes")
+    try:
+        _scenes(report, quick, repeat)
+    finally:
+        _machine(report, repeat, "after the scenes")
+
+
+def _scenes(report: Report, quick: bool, repeat: int) -> None:
     t = report.table("Soft mode, fitting-task scenes (CPU, 1 thread, float32, ms per call)",
                      ["scene", "size", "forward", "fwd+bwd silhouette", "fwd+bwd rgb", "silhouette() fwd",
                       "silhouette() fwd+bwd", "before (d05c010)", "target"])
@@ -187,6 +214,8 @@ if __name__ == "__main__":  # pragma: no cover
     out = pathlib.Path(__file__).resolve().parent.parent / "docs" / "benchmarks-soft-speed.md"
     head = (f"# Soft mode speed\n\nWritten by `python benchmarks/suite_soft_speed.py` on {datetime.date.today()} "
             f"({platform.processor() or platform.machine()}, torch {torch.__version__}). Medians in ms; the "
-            "machine is shared, so figures move by tens of percent between runs.\n\n")
+            "machine is shared, so figures move by tens of percent between runs. The first table times the "
+            "machine itself before and after the scenes: compare records of different days only where it "
+            "agrees.\n\n")
     out.write_text(head + "\n".join(t.markdown() for t in r.tables))
     print(f"wrote {out}")
