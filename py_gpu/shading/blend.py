@@ -196,9 +196,23 @@ def _face_logits(frags: Fragments, settings: RasterSettings, blend_settings: Ble
     z = _normalized(frags, blend_settings, zrange)
     logit = nnf.logsigmoid(_scaled(frags, settings.sigma)) + z / blend_settings.gamma
     logit = torch.where(mask, logit, torch.full_like(logit, -math.inf))
+    return _less_top(logit)
+
+
+def _less_top(logit: torch.Tensor) -> torch.Tensor:
+    """``logit - top`` (float ``[B, H, W, K]``), ``top`` each pixel's largest logit over its K
+    slots (detached; 0 where none is finite)."""
     top = slot_max(logit, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
     return logit - top
+
+
+def _softmax(shifted: torch.Tensor) -> torch.Tensor:
+    """The softmax over the K slots of :func:`_less_top`'s ``shifted`` logits (0 where every
+    slot's weight is 0)."""
+    e = exp_normal(shifted)
+    total = slot_sum(e, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
 
 
 def weighted(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
@@ -213,10 +227,7 @@ def face_weights(frags: Fragments, settings: RasterSettings, blend_settings: Ble
                  zrange: torch.Tensor | None = None) -> torch.Tensor:
     """float ``[B, H, W, K]``: the ``"over"`` form's weights, a softmax over the kept faces only
     (summing to 1 where any face is kept, 0 elsewhere)."""
-    shifted = _face_logits(frags, settings, blend_settings, zrange)
-    e = exp_normal(shifted)
-    total = slot_sum(e, keepdim=True)
-    return e / torch.where(total > 0, total, torch.ones_like(total))
+    return _softmax(_face_logits(frags, settings, blend_settings, zrange))
 
 
 def slot_weights(dist: torch.Tensor, depth: torch.Tensor, sigma: float, gamma: float,
@@ -228,11 +239,7 @@ def slot_weights(dist: torch.Tensor, depth: torch.Tensor, sigma: float, gamma: f
     zrange = zrange.to(depth.dtype)
     near, far = zrange[:, 0].view(-1, 1, 1, 1), zrange[:, 1].view(-1, 1, 1, 1)
     logit = nnf.logsigmoid(dist / sigma) + ((far - depth) / (far - near)) / gamma
-    top = slot_max(logit, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
-    e = exp_normal(logit - top)
-    total = slot_sum(e, keepdim=True)
-    return e / torch.where(total > 0, total, torch.ones_like(total))
+    return _softmax(_less_top(logit))
 
 
 def blend(colors: torch.Tensor, frags: Fragments, background: torch.Tensor, settings: RasterSettings,
