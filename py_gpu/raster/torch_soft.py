@@ -1312,10 +1312,9 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
             depth[part].index_copy_(0, live, z)
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, nearest faces first
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
-    fid = face_n.index_select(0, hit) if terms is not None or front is None else (face_n, hit)  # see _merge_reached
     z, d = depth.index_select(0, hit), dist.index_select(0, hit)
-    del dist, depth, face_n, row_n, col
-    _merge_reached(pix, z, fid, d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
+    del dist, depth, row_n, col
+    _merge_reached(pix, z, (face_n, hit), d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
 
 
 def _run_lanes(n: int, spans: int) -> int:
@@ -1343,30 +1342,29 @@ def _run_chunk(tri, face, row, col0, span_w, lanes: int, width: int, reach: floa
     pix = ((run_r - origin[0]) * width + (run_c - origin[1])).index_select(0, run) + (hit & (lanes - 1))
     z, d = depth.view(-1).index_select(0, hit), dist.view(-1).index_select(0, hit)
     del dist, depth, run_r, run_c, left
-    # the faces are gathered once the window filter has run (a quarter of the fragments of a
-    # deep first chunk are left), unless the gradient terms need them all first
-    fid = run_f.index_select(0, run) if terms is not None or front is None else (run_f, run)
-    _merge_reached(pix, z, fid, d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
+    _merge_reached(pix, z, (run_f, run), d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
 
 
-def _merge_reached(pix, z, fid, d, K: int, best_depth, best_face, log_miss, sigma: float, fresh: bool, terms,
-                   best_dist, front) -> None:
-    """The end of :func:`_chunk` for its reached fragments (tile pixel, depth, face and distance,
-    ``[N]`` each, nearest faces first): the silhouette sum, the window filter and the K nearest.
-    ``fid`` may be given as ``(table, index)``, the faces ``table[index]``, gathered only for the
-    fragments the window filter keeps (then ``terms`` is None and ``front`` given)."""
+def _merge_reached(pix, z, faces: tuple, d, K: int, best_depth, best_face, log_miss, sigma: float, fresh: bool,
+                   terms, best_dist, front) -> None:
+    """The end of :func:`_chunk` for its reached fragments (tile pixel, depth and distance, ``[N]``
+    each, nearest faces first, and their faces ``table[index]`` given as ``faces = (table,
+    index)``): the silhouette sum, the window filter and the K nearest. The faces are gathered
+    for the fragments the window filter keeps (a quarter of a deep first chunk's), or for all
+    when the gradient terms take them."""
+    table, index = faces
+    fid = None
     if terms is not None:
+        fid = table.index_select(0, index)
         terms.close(fid, pix)
     if log_miss is not None:
         log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
     keep = _front_filter(front, pix, z, d) if front is not None and pix.numel() else None
-    if isinstance(fid, tuple):
-        table, index = fid
-        fid = table.index_select(0, index if keep is None else index.index_select(0, keep))
-    elif keep is not None:
-        fid = fid.index_select(0, keep)
     if keep is not None:
         pix, z, d = (t.index_select(0, keep) for t in (pix, z, d))
+        fid = table.index_select(0, index.index_select(0, keep)) if fid is None else fid.index_select(0, keep)
+    elif fid is None:
+        fid = table.index_select(0, index)
     if pix.numel() == 0:
         return
     _keep_nearest(pix, z, fid, d if best_dist is not None else None, K, best_depth, best_face, best_dist, fresh)
