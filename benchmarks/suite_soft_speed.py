@@ -105,32 +105,31 @@ def run(report: Report, quick: bool = False) -> None:
         torch.set_num_threads(threads)
 
 
-def _machine(report: Report, repeat: int, when: str) -> None:
+def _machine(report: Report, table, repeat: int, when: str) -> None:
     """How fast the machine is while the suite runs (it is shared, and its speed moves by tens of
     percent within minutes): a streaming float32 multiply, one small torch operation and a pure
-    Python loop, timed before and after the scenes. Records of different days compare only
-    where these agree."""
+    Python loop, timed before and after the scenes into ``table``. Records of different days
+    compare only where these agree."""
     big, small = torch.rand(1 << 20), torch.rand(16)
 
     def ops():
         for _ in range(1000):
             small.mul(2.0)
 
-    row = [when, fmt_ms(time_call(lambda: big.mul(2.0), repeat=5 * repeat)),
-           f"{time_call(ops, repeat=repeat):.2f}", fmt_ms(time_call(lambda: sum(range(10 ** 6)), repeat=repeat))]
-    title = "Machine speed during the soft-speed run (1 thread)"
-    table = next((t for t in report.tables if t.title == title), None) or report.table(
-        title, ["when", "1M float32 multiply, ms", "small torch op, us", "Python sum(range(1e6)), ms"])
-    report.add_row(table, row)
+    report.add_row(table, [when, fmt_ms(time_call(lambda: big.mul(2.0), repeat=5 * repeat)),
+                           f"{time_call(ops, repeat=repeat):.2f}",
+                           fmt_ms(time_call(lambda: sum(range(10 ** 6)), repeat=repeat))])
 
 
 def _run(report: Report, quick: bool) -> None:
     repeat = 3 if quick else 7
-    _machine(report, repeat, "before the scenes")
+    machine = report.table("Machine speed during the soft-speed run (1 thread)",
+                           ["when", "1M float32 multiply, ms", "small torch op, us", "Python sum(range(1e6)), ms"])
+    _machine(report, machine, repeat, "before the scenes")
     try:
         _scenes(report, quick, repeat)
     finally:
-        _machine(report, repeat, "after the scenes")
+        _machine(report, machine, repeat, "after the scenes")
 
 
 def _scenes(report: Report, quick: bool, repeat: int) -> None:
