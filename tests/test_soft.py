@@ -693,6 +693,36 @@ def test_slot_reductions_match_torch_bit_for_bit(K, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sums_and_writes_at_indices_match_index_add_and_index_copy_bit_for_bit(threads, dtype):
+    """The rasterizers' 1-D sums into pixels and vertices (add_at) equal index_add_'s bit for bit,
+    with many duplicate indices and values of very different sizes and of both signs, and their
+    writes at distinct positions (put_at) equal index_copy_'s, at one and at two threads, with
+    gradients through the written values."""
+    from py_gpu.raster._scatter import add_at, put_at
+
+    g = torch.Generator().manual_seed(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for size, n in ((7, 5000), (4096, 84_000), (100_000, 3000)):
+            index = torch.randint(0, size, (n,), generator=g)
+            values = torch.randn(n, generator=g, dtype=dtype) * torch.logspace(-6, 6, n, dtype=dtype)[torch.randperm(n, generator=g)]
+            start = torch.randn(size, generator=g, dtype=dtype)
+            got = add_at(start.clone(), index, values)
+            assert torch.equal(got, start.clone().index_add_(0, index, values))
+            assert not torch.equal(got, start)  # something was added
+            at = torch.randperm(size, generator=g)[: min(n, size) // 2]
+            leaf = values[: at.numel()].clone().requires_grad_(True)
+            put = put_at(start.clone(), at, leaf)
+            assert torch.equal(put, start.clone().index_copy_(0, at, leaf.detach()))
+            up = torch.randn(size, generator=g, dtype=dtype)
+            assert torch.equal(torch.autograd.grad((put * up).sum(), leaf)[0], up.index_select(0, at))
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("K", [1, 3, 4, 8])
 def test_slot_weights_match_face_weights_bit_for_bit(K, dtype):
     """The forward pass's blend weights of the rasterizer's slot buffers (empty slots: face -1,

@@ -49,6 +49,7 @@ import torch
 from .._check import MemoryBudgetError
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
+from ._scatter import put_at
 from .rule import HALF_PIXEL, SUBPIXEL
 
 # Bytes of temporaries per unit of work, used to size chunks from ``memory_budget``.
@@ -729,7 +730,7 @@ def _settle(buf: _Buffers, pix, old, gid, lz, at_min) -> None:
     won = (buf.winner.index_select(0, pix) == gid).nonzero().squeeze(1)  # one per pixel
     wp, won = pix.index_select(0, won), at_min.index_select(0, won)
     for k in range(3):
-        buf.bary[k].index_copy_(0, wp, lz[k].index_select(0, won))
+        put_at(buf.bary[k], wp, lz[k].index_select(0, won))
 
 
 def _settle_masked(buf: _Buffers, pix, old, gid, lz, at_min) -> None:
@@ -1053,10 +1054,10 @@ def pixel_fragments(batch: TriangleBatch, size: tuple[int, int], buf: _Buffers) 
         z = torch.where(empty, math.inf, z)
         face_index = torch.where(empty, -1, f)
     else:
-        face_index = torch.full((n_pix,), -1, dtype=torch.int64, device=dev).index_copy_(0, pixel, f)
-        l0, l1, l2 = (torch.zeros(n_pix, dtype=dtype, device=dev).index_put((pixel,), lk) for lk in (l0, l1, l2))
-        z = torch.full((n_pix,), math.inf, dtype=dtype, device=dev).index_put((pixel,), z)
-        w = None if w is None else [torch.ones(n_pix, dtype=dtype, device=dev).index_put((pixel,), wk) for wk in w]
+        face_index = put_at(torch.full((n_pix,), -1, dtype=torch.int64, device=dev), pixel, f)
+        l0, l1, l2 = (torch.zeros(n_pix, dtype=dtype, device=dev).scatter(0, pixel, lk) for lk in (l0, l1, l2))
+        z = torch.full((n_pix,), math.inf, dtype=dtype, device=dev).scatter(0, pixel, z)
+        w = None if w is None else [torch.ones(n_pix, dtype=dtype, device=dev).scatter(0, pixel, wk) for wk in w]
     screen_bary = None
     if clip:
         screen_bary = torch.stack([l0, l1, l2], -1)

@@ -48,7 +48,9 @@ backward ever exist for the whole frame. A request that cannot fit raises
 **Determinism.** Every result is independent of the tiling, the span groups and the chunks (bit
 for bit in the forward pass; gradients are sums over tiles, equal to rounding) and of the number
 of threads (bit for bit). Vertex values are gathered with ``index_select``, whose backward
-(``index_add_``) sums duplicate indices in a fixed order on the CPU. Advanced indexing's backward
+(``index_add_``) sums duplicate indices in a fixed order on the CPU; the sums this module makes
+itself (silhouette sums, closed-form vertex gradients) use ``scatter_add_``, the same order
+(:mod:`py_gpu.raster._scatter`). Advanced indexing's backward
 (``index_put_(accumulate=True)``) adds float32 values with atomics when several threads run,
 which made soft-mode gradients differ from run to run in the last bits. Colors go through
 ``torch.gather``, whose CPU backward (``scatter_add_``) is ordered as well; tile gradients are
@@ -68,6 +70,7 @@ import torch.nn.functional as nnf
 from .._check import MemoryBudgetError, PyGpuTypeError, check_size
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
+from ._scatter import add_at, put_at
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
            "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
@@ -220,8 +223,8 @@ class _Geometry(torch.autograd.Function):
             torch.mul(g_e[p], dx[m], out=gy[k]).sub_(g_e[m] * dx[p])
         grad = torch.zeros(3, ctx.vertices, dtype=gx.dtype, device=gx.device)
         at = corner.reshape(-1)
-        for k, g in enumerate((gx, gy, g_z)):  # 1D index_add_ per coordinate (faster than [N, 3] rows)
-            grad[k].index_add_(0, at, g.reshape(-1))
+        for k, g in enumerate((gx, gy, g_z)):  # 1D sums per coordinate (faster than [N, 3] rows), see add_at
+            add_at(grad[k], at, g.reshape(-1))
         if g_dist is not None:  # onto the nearest edge's two corners a -> b, straight into the vertices
             coef = torch.where(inside, -2.0 * g_dist, 2.0 * g_dist)
             b_share = coef * t
@@ -229,8 +232,8 @@ class _Geometry(torch.autograd.Function):
             a = corner.gather(0, edge[None])[0]
             b = corner.gather(0, torch.where(edge == 2, 0, edge + 1)[None])[0]
             for vertex, share in ((a, a_share), (b, b_share)):
-                grad[0].index_add_(0, vertex, share * rx)
-                grad[1].index_add_(0, vertex, share * ry)
+                add_at(grad[0], vertex, share * rx)
+                add_at(grad[1], vertex, share * ry)
         return grad.t(), None, None, None
 
 
@@ -812,7 +815,7 @@ class FaceSelector:
             dist = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True)
         hit = torch.nonzero(dist >= reach).squeeze(1)
         pix = pix.index_select(0, hit)
-        log_miss.index_add_(0, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
+        add_at(log_miss, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
         return f.index_select(0, hit), pix
 
     def _keep_miss(self, tile: Tile, log_miss: torch.Tensor) -> None:
@@ -978,12 +981,12 @@ class _LogMiss(torch.autograd.Function):
         flat = faces.reshape(-1)  # corner c of face f is vertex flat[3 f + c]; edge 3 f + j runs from corner j
         xy = torch.zeros(2, screen.shape[0], dtype=screen.dtype, device=screen.device)  # [x, y] of each vertex
 
-        def add(pix, edge, terms):  # 1D index_add_ into the vertices (measured faster than rows of [n, 4])
+        def add(pix, edge, terms):  # 1D sums into the vertices (measured faster than rows of [n, 4])
             terms = terms * g.index_select(0, pix)
             a = flat.index_select(0, edge)
             b = flat.index_select(0, edge + 1 - 3 * (edge % 3 == 2))  # the edge's second corner, j + 1 mod 3
             for k, vertex in enumerate((a, a, b, b)):
-                xy[k % 2].index_add_(0, vertex, terms[k])
+                add_at(xy[k % 2], vertex, terms[k])
 
         with torch.no_grad():
             kept = sel.kept_terms.pop(ctx.tile, None)
@@ -1091,7 +1094,7 @@ class _Terms:
             out = _miss_terms(table, face, col, row, sigma, reach, dist_only=True, depth=depth)
             return out if depth else (out,)
         *out, edge, grad = _miss_terms(table, face, col, row, sigma, reach, depth=depth)
-        self._open.append((pix, edge, grad))  # int64 indices: index_add_ with int32 ones is ~8x slower
+        self._open.append((pix, edge, grad))  # int64 indices, as scatter_add_ takes (see add_at)
         self.used += size
         return out
 
@@ -1308,8 +1311,8 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
         if live is None:
             dist[part], depth[part] = d, z
         else:
-            dist[part].index_copy_(0, live, d)
-            depth[part].index_copy_(0, live, z)
+            put_at(dist[part], live, d)
+            put_at(depth[part], live, z)
     hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, nearest faces first
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     z, d = depth.index_select(0, hit), dist.index_select(0, hit)
@@ -1358,7 +1361,7 @@ def _merge_reached(pix, z, faces: tuple, d, K: int, best_depth, best_face, log_m
         fid = table.index_select(0, index)
         terms.close(fid, pix)
     if log_miss is not None:
-        log_miss.index_add_(0, pix, nnf.logsigmoid(d / -sigma))
+        add_at(log_miss, pix, nnf.logsigmoid(d / -sigma))
     keep = _front_filter(front, pix, z, d) if front is not None and pix.numel() else None
     if keep is not None:
         pix, z, d = (t.index_select(0, keep) for t in (pix, z, d))
@@ -1399,12 +1402,12 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
     if fresh:  # the buffers are still empty: no merge
         at = pix.index_select(0, kept) * K + rank
         for buf, v in zip(buffers, values):
-            buf.view(-1).index_copy_(0, at, v)
+            put_at(buf.view(-1), at, v)
         return
     touched = pix.index_select(0, torch.nonzero(first).squeeze(1))  # [M]
     slot = (torch.cumsum(first, 0) - 1).index_select(0, kept) * K + rank  # the pixel's row of [M, K]
     fills = (math.inf, -1, 0.0)
-    cand = [torch.full((touched.numel() * K,), fill, dtype=v.dtype, device=device).index_copy_(0, slot, v).view(-1, K)
+    cand = [put_at(torch.full((touched.numel() * K,), fill, dtype=v.dtype, device=device), slot, v).view(-1, K)
             for v, fill in zip(values, fills)]
     # merge with what earlier chunks kept for the same pixels, again by (depth, face)
     both = [torch.cat((buf.index_select(0, touched), c), dim=1) for buf, c in zip(buffers, cand)]  # [M, 2K]
@@ -1476,7 +1479,7 @@ def _ties_in_order(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor, z: to
         order = torch.sort(fid.index_select(0, mine), stable=True).indices
         key = (run.index_select(0, order) << 32) | _ordered_bits(z.index_select(0, mine.index_select(0, order)))
         order = order.index_select(0, torch.sort(key, stable=True).indices)
-    return o.index_copy(0, at, mine.index_select(0, order))
+    return put_at(o.clone(), at, mine.index_select(0, order))
 
 
 def _not_beaten(pix, z, fid, K: int, best_depth, best_face) -> torch.Tensor:
@@ -1724,7 +1727,7 @@ def gather_tile_planes(screen: torch.Tensor, w: torch.Tensor | None, faces: torc
 
     def scatter(values: torch.Tensor, fill: float) -> torch.Tensor:
         base = torch.full((n_slots,), fill, dtype=dtype, device=device)
-        return base.index_put((si,), values).view(1, rows, W, K)
+        return base.scatter(0, si, values).view(1, rows, W, K)
 
     frags = Fragments(face_index[None], None, scatter(depth_n, math.inf), scatter(dist_n, 0.0))
     planes = [scatter(b, 0.0) for b in bary]

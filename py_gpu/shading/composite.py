@@ -19,6 +19,7 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
+from ..raster._scatter import put_at
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, blend_window, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft,
                                  slot_centers)
@@ -240,8 +241,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                                                  (row, col), deep_known, at)
                 image = image.view(-1, image.shape[-1]).index_copy(0, at, d_image.view(-1, image.shape[-1])) \
                     .view(image.shape)
-                depth = depth.reshape(-1).index_copy(0, at, d_depth.reshape(-1)).view(depth.shape)
-                face = face.reshape(-1).index_copy(0, at, d_face.reshape(-1)).view(face.shape)
+                depth = depth.reshape(-1).scatter(0, at, d_depth.reshape(-1)).view(depth.shape)
+                face = face.reshape(-1).scatter(0, at, d_face.reshape(-1)).view(face.shape)
             if record is not None:
                 select.keep_weighted(t, record.view(rows, cols, K))
             return image, alpha, depth, face
@@ -462,7 +463,7 @@ def _live_colors(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tens
     corner = corner_ids(faces, face_index.reshape(-1).index_select(0, at))
     bary = _corner_bary(screen, w, corner, px, py, (at.numel(),))
     planes = weigh_corners(vertex_colors.to(dtype).t().contiguous(), corner, bary)
-    return [torch.zeros(rows * cols * K, dtype=dtype, device=device).index_put_((at,), plane).view(1, rows, cols, K)
+    return [put_at(torch.zeros(rows * cols * K, dtype=dtype, device=device), at, plane).view(1, rows, cols, K)
             for plane in planes]
 
 
