@@ -766,3 +766,18 @@ def test_first_covering_slot_matches_the_reduction(K):
         want = torch.where(f, slots, K).amin(-1, keepdim=True).clamp(max=K - 1)
         first, any_set = _first_set(f)
         assert torch.equal(first, want) and torch.equal(any_set, f.any(-1))
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 8, 256, 255, 1000, 1 << 20])
+def test_split_index_is_floor_division_and_remainder(width):
+    """The row and column of flat indices (a shift and a mask for powers of two) equal torch's
+    floor division and remainder for every int64, negative ones and the extremes included."""
+    from py_gpu.raster._scatter import split_index
+
+    g = torch.Generator().manual_seed(width)
+    index = torch.cat((torch.randint(-(1 << 40), 1 << 40, (5000,), generator=g), torch.arange(-3 * width, 3 * width),
+                       torch.tensor([torch.iinfo(torch.int64).min, torch.iinfo(torch.int64).max, 0, -1])))
+    row, col = split_index(index, width)
+    assert row.dtype == col.dtype == torch.int64
+    assert torch.equal(row, torch.div(index, width, rounding_mode="floor"))
+    assert torch.equal(col, torch.remainder(index, width))

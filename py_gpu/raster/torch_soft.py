@@ -70,7 +70,7 @@ import torch.nn.functional as nnf
 from .._check import MemoryBudgetError, PyGpuTypeError, check_size
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
-from ._scatter import add_at, put_at
+from ._scatter import add_at, put_at, split_index
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
            "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
@@ -1135,7 +1135,8 @@ class _Terms:
             face, pix = entry
             live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
             face, pix = face.index_select(0, live), pix.index_select(0, live)
-            row, col = pix // width + origin[0], pix % width + origin[1]
+            row, col = split_index(pix, width)
+            row, col = row + origin[0], col + origin[1]
             parts = []
             for i in range(0, pix.numel(), _BLOCK):
                 part = slice(i, i + _BLOCK)
@@ -1159,7 +1160,7 @@ def _span_runs(face, row, col0, span_w, lanes: int):
     """Spans (``[S]`` each) cut into runs of ``lanes`` columns, span by span from the left: int64
     ``[R]`` face, row, first column and columns left in the span (``> lanes`` except in its last run)."""
     device = face.device
-    nrun = torch.div(span_w + (lanes - 1), lanes, rounding_mode="floor")
+    nrun = split_index(span_w + (lanes - 1), lanes)[0]
     R = int(nrun.sum())
     span = torch.repeat_interleave(torch.arange(face.numel(), device=device), nrun, output_size=R)
     start = (torch.arange(R, device=device) - (torch.cumsum(nrun, 0) - nrun).index_select(0, span)) * lanes
@@ -1690,9 +1691,10 @@ def slot_centers(slots: torch.Tensor, K: int, width: int, origin: tuple[int, int
     """float ``[N]`` ``(px, py)``: the pixel centers of the flat slot ids ``slots`` of a tile block
     ``[rows, width, K]`` whose top-left pixel is ``origin``, or of a compacted ``[rows, 1, K]`` block
     of the pixels ``centers`` (int64 ``(row, col)``, ``[rows]`` each; see :func:`gather_tile`)."""
-    pixel = slots // K
+    pixel = split_index(slots, K)[0]
     if centers is None:
-        return (pixel % width + origin[1]).to(dtype) + 0.5, (pixel // width + origin[0]).to(dtype) + 0.5
+        row, col = split_index(pixel, width)
+        return (col + origin[1]).to(dtype) + 0.5, (row + origin[0]).to(dtype) + 0.5
     return centers[1].index_select(0, pixel).to(dtype) + 0.5, centers[0].index_select(0, pixel).to(dtype) + 0.5
 
 

@@ -19,7 +19,7 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster._scatter import put_at
+from ..raster._scatter import put_at, split_index
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, blend_window, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft,
                                  slot_centers)
@@ -236,7 +236,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
                                          for r in range(0, rows, step))
             if deep is not None:  # shaded K wide, compacted, over the shallow pass's values
                 at, deep_fi, deep_known = deep
-                row, col = at // cols + t[1], at % cols + t[3]
+                row, col = split_index(at, cols)
+                row, col = row + t[1], col + t[3]
                 d_image, d_depth, d_face = shade(deep_fi, alpha.view(-1).index_select(0, at).view(1, -1, 1, 1), (0, 0),
                                                  (row, col), deep_known, at)
                 image = image.view(-1, image.shape[-1]).index_copy(0, at, d_image.view(-1, image.shape[-1])) \
@@ -249,7 +250,8 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         # only the reached pixels, as [1, P, 1, K] blocks; the others are background
         fi, part_alpha = fi.view(-1, 1, K).index_select(0, hit), alpha.view(-1, 1).index_select(0, hit)
         known = None if known is None else [v.view(-1, 1, K).index_select(0, hit) for v in known]
-        row, col = hit // cols + t[1], hit % cols + t[3]
+        row, col = split_index(hit, cols)
+        row, col = row + t[1], col + t[3]
         step = max(1, _SHADE_SLOTS // K)
         image, depth, face = _joined(shade(fi[p:p + step], part_alpha[p:p + step].view(1, -1, 1, 1), (0, 0),
                                            (row[p:p + step], col[p:p + step]),
