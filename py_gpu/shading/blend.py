@@ -260,11 +260,81 @@ def blend_planes(planes, frags: Fragments, background: torch.Tensor, settings: R
         weights, w_bg = blend_weights(frags, settings, blend_settings, zrange)
         return torch.stack([slot_sum(weights * plane) + w_bg * background[c] for c, plane in enumerate(planes)],
                            dim=-1)
+    if weights is None and frags.alpha is not None and torch.is_grad_enabled() and not background.requires_grad \
+            and any(t.requires_grad for t in (frags.dist, frags.depth, frags.alpha, *planes)):
+        if zrange is None:  # as _normalized derives it
+            zrange = depth_range(frags.depth, blend_settings, clip_space=frags.screen_bary is not None,
+                                 mask=frags.mask)
+        return _OverBlend.apply(frags.face_index, frags.dist, frags.depth, frags.alpha, background,
+                                (settings, blend_settings, zrange.detach()), *planes)
+    return _over(planes, frags, background, settings, blend_settings, zrange, weights)
+
+
+def _over(planes, frags: Fragments, background: torch.Tensor, settings: RasterSettings,
+          blend_settings: BlendSettings, zrange: torch.Tensor | None, weights: torch.Tensor | None) -> torch.Tensor:
+    """The ``"over"`` image of :func:`blend_planes`: ``alpha * sum_k w_k c_k + (1 - alpha) * background``."""
     if weights is None:
         weights = face_weights(frags, settings, blend_settings, zrange)
     alpha = silhouette(frags, settings)[..., 0]
     return torch.stack([alpha * slot_sum(weights * plane) + (1.0 - alpha) * background[c]
                         for c, plane in enumerate(planes)], dim=-1)
+
+
+class _OverBlend(torch.autograd.Function):
+    """:func:`_over` (the same operations, so the same values) with a closed-form backward pass
+    into the slots' distances and depths, the silhouette and the color planes. Autograd through
+    the weights' expressions (masks, the shift, the softmax, the per-channel products) keeps
+    some forty nodes per tile; this backward pass runs a third as many operations.
+
+    With ``a`` the silhouette, ``w`` the softmax of the logits ``l_k = logsigmoid(dist_k / sigma)
+    + z_k / gamma`` over the kept slots (``z_k = (zfar - depth_k) / (zfar - znear)``, the shift
+    by the largest logit is detached) and ``S_c = sum_k w_k p_ck``: ``dL/da = sum_c g_c (S_c -
+    bg_c)``, ``dL/dp_ck = a g_c w_k``, and with ``u_k = sum_c a g_c p_ck``, ``dL/dl_k = w_k (u_k -
+    sum_j w_j u_j)``, ``dL/ddist_k = dL/dl_k sigmoid(-dist_k / sigma) / sigma`` and ``dL/ddepth_k =
+    -dL/dl_k / (gamma (zfar - znear))`` on kept slots (0 elsewhere)."""
+
+    @staticmethod
+    def forward(ctx, face_index, dist, depth, alpha, background, config, *planes):
+        settings, blend_settings, zrange = config
+        frags = Fragments(face_index, None, depth, dist, None, alpha)
+        weights = face_weights(frags, settings, blend_settings, zrange)
+        a = alpha[..., 0]
+        sums = [slot_sum(weights * plane) for plane in planes]
+        image = torch.stack([a * s + (1.0 - a) * background[c] for c, s in enumerate(sums)], dim=-1)
+        ctx.save_for_backward(face_index, dist, weights, a, background, *sums, *planes)
+        ctx.config = config
+        return image
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        face_index, dist, weights, a, background, *rest = ctx.saved_tensors
+        C = len(rest) // 2
+        sums, planes = rest[:C], rest[C:]
+        settings, blend_settings, zrange = ctx.config
+        need = ctx.needs_input_grad
+        g = grad.unbind(-1)
+        g_alpha = None
+        if need[3]:
+            g_alpha = sum(g[c] * (sums[c] - background[c]) for c in range(C))[..., None]
+        ag = [a * g[c] for c in range(C)]
+        g_planes = [ag[c][..., None] * weights if need[6 + c] else None for c in range(C)]
+        g_dist = g_depth = None
+        if need[1] or need[2]:
+            u = ag[0][..., None] * planes[0]
+            for c in range(1, C):
+                u = u + ag[c][..., None] * planes[c]
+            g_logit = weights * (u - slot_sum(weights * u, keepdim=True))
+            mask = face_index >= 0
+            zero = torch.zeros((), dtype=g_logit.dtype, device=g_logit.device)
+            if need[1]:
+                scaled = torch.where(mask, dist, zero) / settings.sigma
+                g_dist = torch.where(mask, g_logit * torch.sigmoid(-scaled) / settings.sigma, zero)
+            if need[2]:
+                zr = zrange.to(g_logit.dtype)
+                scale = -1.0 / ((zr[:, 1] - zr[:, 0]).view(-1, 1, 1, 1) * blend_settings.gamma)
+                g_depth = torch.where(mask, g_logit * scale, zero)
+        return None, g_dist, g_depth, g_alpha, None, None, *g_planes
 
 
 #: Integer types whose bytes hold the K flags of a pixel, for K of 2, 4 and 8 (see :func:`_first_set`).
