@@ -7,8 +7,8 @@ at any number of threads. They are faster: at one thread, ``scatter_add_`` took 
 ``index_add_``'s 0.33 ms for 200,000 values summed into 32,768 pixels, and ``scatter_`` 0.21 ms
 against 0.47 ms (``index_copy_``) and 0.72 ms (``index_put_``) for 100,000 values written into
 262,144 slots. On CUDA both sums use atomics, and both are deterministic under
-``torch.use_deterministic_algorithms(True)`` for one-dimensional tensors. Both functions are
-differentiable with respect to ``values`` (their backward is a gather).
+``torch.use_deterministic_algorithms(True)`` for one-dimensional tensors. :func:`add_at` and
+:func:`put_at` are differentiable with respect to ``values`` (their backward is a gather).
 
 torch's CPU floor division and remainder of int64 tensors take about 2.4 ns per element at one
 thread; a shift and a mask take 0.5. For a power of two they are the same function of every

@@ -156,10 +156,16 @@ def _normalized(frags: Fragments, blend_settings: BlendSettings, zrange: torch.T
     mask = frags.mask
     depth = torch.where(mask, frags.depth, torch.zeros_like(frags.depth))
     if zrange is None:
-        zrange = depth_range(frags.depth, blend_settings, clip_space=frags.screen_bary is not None, mask=mask)
+        zrange = _fragments_range(frags, blend_settings)
     zrange = zrange.to(depth.dtype)
     near, far = zrange[:, 0].view(-1, 1, 1, 1), zrange[:, 1].view(-1, 1, 1, 1)
     return torch.where(mask, (far - depth) / (far - near), torch.zeros_like(depth))
+
+
+def _fragments_range(frags: Fragments, blend_settings: BlendSettings) -> torch.Tensor:
+    """:func:`depth_range` of the fragments' own kept depths (clip space where they carry
+    ``screen_bary``), for blends given no ``zrange``."""
+    return depth_range(frags.depth, blend_settings, clip_space=frags.screen_bary is not None, mask=frags.mask)
 
 
 def blend_weights(frags: Fragments, settings: RasterSettings, blend_settings: BlendSettings,
@@ -262,9 +268,8 @@ def blend_planes(planes, frags: Fragments, background: torch.Tensor, settings: R
                            dim=-1)
     if weights is None and frags.alpha is not None and torch.is_grad_enabled() and not background.requires_grad \
             and any(t.requires_grad for t in (frags.dist, frags.depth, frags.alpha, *planes)):
-        if zrange is None:  # as _normalized derives it
-            zrange = depth_range(frags.depth, blend_settings, clip_space=frags.screen_bary is not None,
-                                 mask=frags.mask)
+        if zrange is None:
+            zrange = _fragments_range(frags, blend_settings)
         return _OverBlend.apply(frags.face_index, frags.dist, frags.depth, frags.alpha, background,
                                 (settings, blend_settings, zrange.detach()), *planes)
     return _over(planes, frags, background, settings, blend_settings, zrange, weights)
@@ -275,9 +280,15 @@ def _over(planes, frags: Fragments, background: torch.Tensor, settings: RasterSe
     """The ``"over"`` image of :func:`blend_planes`: ``alpha * sum_k w_k c_k + (1 - alpha) * background``."""
     if weights is None:
         weights = face_weights(frags, settings, blend_settings, zrange)
-    alpha = silhouette(frags, settings)[..., 0]
-    return torch.stack([alpha * slot_sum(weights * plane) + (1.0 - alpha) * background[c]
-                        for c, plane in enumerate(planes)], dim=-1)
+    return _over_image(weights, silhouette(frags, settings)[..., 0], planes, background)[0]
+
+
+def _over_image(weights: torch.Tensor, alpha: torch.Tensor, planes, background: torch.Tensor):
+    """``(image, sums)``: the ``"over"`` image ``[B, H, W, C]`` of the weights and color planes
+    (``[B, H, W, K]`` each) over ``background`` with the silhouette ``alpha`` (``[B, H, W]``), and
+    each channel's weighted sum ``S_c = sum_k w_k p_ck`` (``[B, H, W]``)."""
+    sums = [slot_sum(weights * plane) for plane in planes]
+    return torch.stack([alpha * s + (1.0 - alpha) * background[c] for c, s in enumerate(sums)], dim=-1), sums
 
 
 class _OverBlend(torch.autograd.Function):
@@ -299,8 +310,7 @@ class _OverBlend(torch.autograd.Function):
         frags = Fragments(face_index, None, depth, dist, None, alpha)
         weights = face_weights(frags, settings, blend_settings, zrange)
         a = alpha[..., 0]
-        sums = [slot_sum(weights * plane) for plane in planes]
-        image = torch.stack([a * s + (1.0 - a) * background[c] for c, s in enumerate(sums)], dim=-1)
+        image, sums = _over_image(weights, a, planes, background)
         ctx.save_for_backward(face_index, dist, weights, a, background, *sums, *planes)
         ctx.config = config
         return image
