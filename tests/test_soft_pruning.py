@@ -194,14 +194,16 @@ def test_gradient_terms_are_evaluated_only_where_alpha_is_below_one(monkeypatch,
     seen = {"terms": 0, "reached": 0, "again": 0}
     real_terms, real_backward = torch_soft._miss_terms, torch_soft._LogMiss.backward
 
+    real_close = torch_soft._Terms.close
+
     def terms(table, face, col, row, sigma, reach, dist_only=False, depth=False):
-        out = real_terms(table, face, col, row, sigma, reach, dist_only=dist_only, depth=depth)
-        d = out[0] if isinstance(out, tuple) else out
-        if dist_only:
-            seen["reached"] += int((d >= reach).sum())
-        else:
+        if not dist_only:
             seen["terms"] += face.numel()
-        return out
+        return real_terms(table, face, col, row, sigma, reach, dist_only=dist_only, depth=depth)
+
+    def close(self, face=None, pix=None):  # a chunk's reached fragments, for the deferred terms
+        seen["reached"] += 0 if face is None else face.numel()
+        return real_close(self, face, pix)
 
     def backward(ctx, grad):
         seen["again"] += None in (ctx.selector.kept_terms.get(ctx.tile) or [None])
@@ -218,6 +220,7 @@ def test_gradient_terms_are_evaluated_only_where_alpha_is_below_one(monkeypatch,
         return alpha.detach(), v.grad
 
     monkeypatch.setattr(torch_soft, "_miss_terms", terms)
+    monkeypatch.setattr(torch_soft._Terms, "close", close)
     monkeypatch.setattr(torch_soft._LogMiss, "backward", staticmethod(backward))
     alpha, g = grad()
     assert (seen["again"] > 0) == (budget == 400_000)
@@ -478,3 +481,67 @@ def test_no_fragment_beyond_the_blend_window_has_weight(seed, gamma, cutoff, lif
         assert bool((w[beyond] == 0).all())
         if gamma < 1e-3:
             assert int(beyond.sum()) > 0  # the test meets such slots (most of the zero-weight ones)
+
+
+def _merge_compacted(dist, depth, run_f, run_pix, shift, reach, K, best_depth, best_face, log_miss, sigma, fresh,
+                     best_dist, front):
+    """The reference for ``_merge_lanes``: gather the reached lanes first, then merge them as the
+    per-candidate path does."""
+    hit = torch.nonzero(dist >= reach).squeeze(1)
+    run = torch.bitwise_right_shift(hit, shift)
+    pix = run_pix.index_select(0, run) + (hit & ((1 << shift) - 1))
+    torch_soft._merge_reached(pix, depth.index_select(0, hit), (run_f, run), dist.index_select(0, hit), K, best_depth,
+                              best_face, log_miss, sigma, fresh, None, best_dist, front)
+
+
+def _edge_crossing_scene(dtype) -> TriangleBatch:
+    """Wide triangles over a 40 x 64 frame, many across its left and right edges, so that runs
+    end past the rows they start in."""
+    g = torch.Generator().manual_seed(11)
+    n = 40
+    center = torch.rand(n, 1, 2, generator=g, dtype=torch.float64) * torch.tensor([64.0, 40.0], dtype=torch.float64)
+    corners = center + (torch.rand(n, 3, 2, generator=g, dtype=torch.float64) * 2 - 1) * 24.0
+    depth = torch.rand(n, 1, 1, generator=g, dtype=torch.float64).expand(n, 3, 1)
+    verts = torch.cat([corners, depth], -1).reshape(1, 3 * n, 3)
+    colors = torch.rand(1, 3 * n, 3, generator=g, dtype=torch.float64)
+    return TriangleBatch(verts.to(dtype), torch.arange(3 * n).reshape(n, 3), vertex_colors=colors.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scene", ["stacked", "edges"])
+def test_lanes_merged_before_compaction_give_the_same_frame_bit_for_bit(monkeypatch, scene, dtype):
+    """The run path merges every lane (the silhouette sum, the window filter) before compacting
+    them; frames, and the gradients of a backward pass that selects the faces again, equal those of
+    gathering the reached lanes first, bit for bit."""
+    batch = stacked_scene(dtype=dtype) if scene == "stacked" else _edge_crossing_scene(dtype)
+    size = (48, 64) if scene == "stacked" else (40, 64)
+    calls = {"lanes": 0}
+    real = torch_soft._merge_lanes
+
+    def counted(*args):
+        calls["lanes"] += 1
+        return real(*args)
+
+    def frames(merge):
+        monkeypatch.setattr(torch_soft, "_merge_lanes", merge)
+        verts = batch.vertices.clone().requires_grad_(True)
+
+        def render():
+            return py_gpu.render(TriangleBatch(verts, batch.faces, vertex_colors=batch.vertex_colors), size,
+                                 mode="soft", sigma=1.0, faces_per_pixel=4, gamma=0.05)
+
+        with torch.no_grad():
+            plain = render()
+        out = render()
+        up = torch.rand(out.image.shape, generator=torch.Generator().manual_seed(2), dtype=dtype)
+        ((out.image * up).sum() + out.alpha.sum()).backward()
+        return plain, verts.grad
+
+    lanes, g_lanes = frames(counted)
+    used = calls["lanes"]
+    compacted, g_compacted = frames(_merge_compacted)
+    assert used > 0  # the scene takes the run path
+    for name in ("image", "alpha", "depth", "face_index"):
+        assert torch.equal(getattr(lanes, name), getattr(compacted, name)), name
+    assert torch.equal(g_lanes, g_compacted)
+    assert float(lanes.alpha.amax()) > 0.5 and int((lanes.face_index >= 0).sum()) > 500

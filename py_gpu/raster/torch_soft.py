@@ -1334,6 +1334,7 @@ def _run_chunk(tri, face, row, col0, span_w, lanes: int, width: int, reach: floa
     """:func:`_chunk` without ``hidden`` and eager terms, its candidates evaluated in runs
     (:func:`_run_geometry`); the reached fragments and their order are the same."""
     run_f, run_r, run_c, left = _span_runs(face, row, col0, span_w, lanes)
+    run_pix = (run_r - origin[0]) * width + (run_c - origin[1])  # the tile pixel of each run's first lane
     R = run_f.numel()
     dist = torch.empty(R, lanes, dtype=tri.dtype, device=tri.device)
     depth = torch.empty_like(dist)
@@ -1341,12 +1342,45 @@ def _run_chunk(tri, face, row, col0, span_w, lanes: int, width: int, reach: floa
     for i in range(0, R, step):  # blocks whose temporaries stay in the cache
         part = slice(i, i + step)
         _run_geometry(tri, run_f[part], run_r[part], run_c[part], left[part], lanes, dist[part], depth[part])
+    shift = lanes.bit_length() - 1  # int64 `hit >> shift` measured 2.4x slower than bitwise_right_shift
+    if terms is None and front is not None:  # the silhouette sum and the window filter over every lane
+        _merge_lanes(dist.view(-1), depth.view(-1), run_f, run_pix, shift, reach, K, best_depth, best_face, log_miss,
+                     sigma, fresh, best_dist, front)
+        return
     hit = torch.nonzero(dist.view(-1) >= reach).squeeze(1)  # [N] reached, nearest faces first
-    run = torch.bitwise_right_shift(hit, lanes.bit_length() - 1)  # int64 `hit >> k` measured 2.4x slower
-    pix = ((run_r - origin[0]) * width + (run_c - origin[1])).index_select(0, run) + (hit & (lanes - 1))
+    run = torch.bitwise_right_shift(hit, shift)
+    pix = run_pix.index_select(0, run) + (hit & (lanes - 1))
     z, d = depth.view(-1).index_select(0, hit), dist.view(-1).index_select(0, hit)
     del dist, depth, run_r, run_c, left
     _merge_reached(pix, z, (run_f, run), d, K, best_depth, best_face, log_miss, sigma, fresh, terms, best_dist, front)
+
+
+def _merge_lanes(dist, depth, run_f, run_pix, shift: int, reach: float, K: int, best_depth, best_face, log_miss,
+                 sigma: float, fresh: bool, best_dist, front) -> None:
+    """:func:`_merge_reached` (without gradient terms, with a window filter) for every lane of a
+    chunk's runs, before compacting them: ``dist`` and ``depth`` (float ``[R * 2^shift]``) of the
+    lanes, ``run_f`` and ``run_pix`` (int64 ``[R]``) the face and first tile pixel of each run.
+    Almost every lane a run's span holds is reached, so the reached lanes are not gathered first:
+    the lanes that are not add exactly 0 to the silhouette sum and cannot lower the window's
+    depths, and the window filter's one compaction also drops them. The sums take the same terms
+    in the same order, and the kept fragments are the same, in the same order."""
+    n_pix = best_depth.shape[0]
+    reached = dist >= reach  # lanes past their span's end hold -inf
+    lane = torch.arange(1 << shift, device=dist.device)
+    pix = (run_pix[:, None] + lane).view(-1).clamp_(max=n_pix - 1)  # past a span's end: any pixel will do
+    if log_miss is not None:
+        add_at(log_miss, pix, nnf.logsigmoid(dist / -sigma).masked_fill_(~reached, 0.0))
+    window, nearest, covering = front
+    nearest.scatter_reduce_(0, pix, torch.where(reached, depth, math.inf), reduce="amin")
+    covering.scatter_reduce_(0, pix, torch.where(dist >= max(reach, 0.0), depth, math.inf), reduce="amin")
+    keep = torch.nonzero((depth <= _front_bound(window, nearest, covering).index_select(0, pix)).logical_and_(reached))
+    keep = keep.squeeze(1)
+    if keep.numel() == 0:
+        return
+    fid = run_f.index_select(0, torch.bitwise_right_shift(keep, shift))
+    pix, z = pix.index_select(0, keep), depth.index_select(0, keep)
+    d = None if best_dist is None else dist.index_select(0, keep)
+    _keep_nearest(pix, z, fid, d, K, best_depth, best_face, best_dist, fresh)
 
 
 def _merge_reached(pix, z, faces: tuple, d, K: int, best_depth, best_face, log_miss, sigma: float, fresh: bool,
