@@ -439,3 +439,22 @@ def test_texture_fit_from_four_views_reaches_30_db(device):
     psnr = 10 * math.log10(1.0 / float(mse))
     print(f"texture fit: PSNR {psnr:.1f} dB on {int(visible.sum())} visible texels")
     assert psnr > 30.0, f"texture PSNR {psnr:.1f} dB"
+
+
+def test_render_takes_per_call_soft_settings_by_keyword(device):
+    """A coarse-to-fine schedule changes sigma (and K, the blend's depth range) per call by
+    keyword: the frame is the one of passing the same fields in ``settings=`` / ``blend=``."""
+    f64 = dict(dtype=float64_on(device), device=device)
+    r = Renderer((24, 32), backend="torch", **f64)
+    h = r.upload([cube(1.0), _move(uv_sphere(6, 10, 0.4), x=0.9)])
+    cam = Camera.perspective(torch.tensor([[0.5, 0.8, 3.0]], **f64), torch.zeros(1, 3, **f64), fov_y=50.0,
+                             aspect=32 / 24, near=0.5, far=10.0)
+    wide = r.render(h, cam, mode="soft", sigma=4.0, faces_per_pixel=3, znear=0.0, zfar=1.0)
+    same = r.render(h, cam, settings=RasterSettings(mode="soft", sigma=4.0, faces_per_pixel=3),
+                    blend=BlendSettings(znear=0.0, zfar=1.0))
+    sharp = r.render(h, cam, mode="soft", sigma=0.25, faces_per_pixel=3, znear=0.0, zfar=1.0)
+    assert torch.equal(wide.image, same.image) and torch.equal(wide.alpha, same.alpha)
+    assert float((wide.alpha - sharp.alpha).abs().max()) > 0.1  # sigma was used
+    assert r.settings.sigma == RasterSettings().sigma  # the renderer's own settings are untouched
+    with pytest.raises(PyGpuValueError, match="sigma"):
+        r.render(h, cam, mode="soft", sigma=-1.0)

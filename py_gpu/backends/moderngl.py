@@ -377,7 +377,9 @@ class GLMesh:
 
 
 class ModernGLBackend(Backend):
-    """Offscreen OpenGL rasterizer through ModernGL; agrees with the reference pixel for pixel.
+    """Offscreen OpenGL rasterizer through ModernGL; on Mesa's llvmpipe it agrees with the reference
+    on coverage exactly, on the face at 99.99% of pixels or more, and on colors within 1/255
+    (docs/raster-rule.md, section 8).
 
     Persistent resources: the context, the shader programs, one set of framebuffers per image
     size (the ``MAX_CACHED_SIZES`` most recent), one vertex buffer that grows and is reused, and

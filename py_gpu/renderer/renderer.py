@@ -32,7 +32,8 @@ from ..shading.lights import Material
 from . import gl_path
 from .geometry import frame_geometry, raster_pass
 from .scene import MeshHandle, RenderStats, Scene
-from .shading import ATTACHMENTS, composite, gbuffer, surface_color
+from .shading import ATTACHMENTS, gbuffer, surface_color
+from .shading import composite as composite_frame  # `composite` is also a keyword of Renderer.render
 from .shading import attachments as attachment_buffers
 
 __all__ = ["Renderer"]
@@ -98,6 +99,8 @@ class Renderer:
                transforms: torch.Tensor | None = None, instances: torch.Tensor | None = None,
                attachments: Sequence[str] = (), gamma: float | None = None, texture_filter: str = "bilinear",
                texture_wrap: str = "repeat", mode: str | None = None, cull_backfaces: bool | None = None,
+               sigma: float | None = None, faces_per_pixel: int | None = None, memory_budget: int | None = None,
+               znear: float | None = None, zfar: float | None = None, composite: str | None = None,
                settings: RasterSettings | None = None, blend: BlendSettings | None = None,
                background=None, shading: str = "auto") -> Frame:
         """Render one frame per camera in ``camera`` (``B`` = its batch size).
@@ -120,7 +123,10 @@ class Renderer:
             gamma: display encoding ``c ** (1/gamma)`` (e.g. 2.2); None leaves the result linear.
             texture_filter, texture_wrap: see :func:`py_gpu.shading.texture.sample_texture`.
             settings, blend: this call's ``RasterSettings`` / ``BlendSettings`` (default: the renderer's).
-            mode, cull_backfaces: override fields of ``settings``.
+            mode, cull_backfaces, sigma, faces_per_pixel, memory_budget: override those fields of
+                ``settings`` for this call (a coarse-to-fine schedule passes a new ``sigma`` each step).
+            znear, zfar, composite: override those fields of ``blend``. The blend's own ``gamma``
+                is set through ``blend=`` (``gamma=`` here is the display encoding).
             background: override the renderer's background (float RGB).
             shading: ``"auto"``: in GL when the backend can and nothing needs a gradient (see
                 :mod:`.gl_path`; ``stats.shading`` / ``shading_reason`` say which ran, and why); ``"torch"``.
@@ -130,8 +136,10 @@ class Renderer:
             ``[B, H, W]`` (NDC z/w in [0, 1]); ``face_index`` int64 ``[B, H, W]`` into the scene's
             (instanced) faces; ``extras`` as requested.
         """
-        s, b, bg = self._call_settings("Renderer.render", camera, model, attachments, mode, cull_backfaces,
-                                       settings, blend, background)
+        s, b, bg = self._call_settings("Renderer.render", camera, model, attachments, settings, blend, background,
+                                       mode=mode, cull_backfaces=cull_backfaces, sigma=sigma,
+                                       faces_per_pixel=faces_per_pixel, memory_budget=memory_budget, znear=znear,
+                                       zfar=zfar, composite=composite)
         self._scene.stats.frames += 1
         h = self._scene.resolve(handles)
         single = isinstance(handles, MeshHandle) or len(list(handles)) == 1
@@ -141,6 +149,12 @@ class Renderer:
                           flat=flat, texture_filter=texture_filter, texture_wrap=texture_wrap, **gl)
         if p is not None:
             return gl_path.render(self._scene, h, p, camera, self.size, s, bg, **gl)
+        return self._torch_frame(h, camera, s, b, bg, single, textures=textures, atlas_rects=atlas_rects,
+                                 model=model, flat=flat, texture_filter=texture_filter, texture_wrap=texture_wrap, **gl)
+
+    def _torch_frame(self, h, camera, s, b, bg, single, *, lights, material, transforms, instances, gamma,
+                     attachments, textures, atlas_rects, model, flat, texture_filter, texture_wrap) -> Frame:
+        """:meth:`render`'s frame shaded in torch (differentiable), from its resolved options."""
         with cpu_threads(self.device, camera.batch_size * self.size[0] * self.size[1]):
             cam = camera.to(self.device, self.dtype)
             geom = frame_geometry(self._scene, h, cam.batch_size, transforms=transforms, instances=instances,
@@ -150,7 +164,7 @@ class Renderer:
             color = surface_color(g, cam.position, lights=lights, textures=textures, atlas_rects=atlas_rects,
                                   has_uvs=h.has_uvs, material=material, model=model, texture_filter=texture_filter,
                                   texture_wrap=texture_wrap, gamma=gamma)
-            frame, slot = composite(color, frags, bg, s, b)
+            frame, slot = composite_frame(color, frags, bg, s, b)
             extras = attachment_buffers(attachments, g, geom, frame, slot)
             return Frame(frame.image, frame.alpha, frame.depth, frame.face_index, extras)
 
@@ -164,9 +178,9 @@ class Renderer:
         stats.gl_frames += p is not None
         return p
 
-    def _call_settings(self, where, camera, model, names, mode, cull_backfaces, settings, blend,
-                       background):
-        """Validate one call's options; returns its ``(RasterSettings, BlendSettings, background)``."""
+    def _call_settings(self, where, camera, model, names, settings, blend, background, **overrides):
+        """Validate one call's options (``overrides``: settings fields, None for unset); returns its
+        ``(RasterSettings, BlendSettings, background)``."""
         if not isinstance(camera, Camera):
             raise PyGpuTypeError(f"{where}: `camera` must be a py_gpu.camera.Camera, got {type(camera).__name__}")
         if model not in _MODELS:
@@ -174,8 +188,7 @@ class Renderer:
         bad = [a for a in names if a not in ATTACHMENTS]
         if bad:
             raise PyGpuValueError(f"{where}: unknown attachments {bad}; choose from {sorted(ATTACHMENTS)}")
-        s, b = resolve_settings(where, settings or self.settings, blend or self.blend, mode=mode,
-                                cull_backfaces=cull_backfaces)
+        s, b = resolve_settings(where, settings or self.settings, blend or self.blend, **overrides)
         self.backend.check_settings(where, s)
         bg = self.background if background is None else check_rgb(where, "background", background, scale=1.0)
         return s, b, bg
