@@ -44,6 +44,48 @@ def test_uncut_batch_is_returned_unchanged(device):
     assert face_map.tolist() == [0]
 
 
+@pytest.mark.parametrize("guard", [None, 4.0])
+@pytest.mark.parametrize("case", ["inside", "past_guard", "unused_behind", "near_cut"])
+def test_quick_return_for_uncut_batches_equals_plane_by_plane_clipping(monkeypatch, device, case, guard):
+    """A batch that no plane cuts is returned before any plane is applied; the result equals the
+    plane-by-plane one, and a batch with a vertex past any plane (used or not) takes that path."""
+    from py_gpu.raster import clip
+
+    g = torch.Generator().manual_seed(5)
+    v = torch.cat([torch.rand(2, 12, 2, generator=g, dtype=torch.float64) * 1.6 - 0.8,
+                   torch.rand(2, 12, 1, generator=g, dtype=torch.float64) * 0.5 + 0.2,
+                   torch.ones(2, 12, 1, dtype=torch.float64)], -1)
+    if case == "past_guard":
+        v[1, 3, 0] = 9.0  # x/w beyond the guard band of 4 image half-widths
+    elif case == "unused_behind":
+        v = torch.cat([v, torch.tensor([0.0, 0.0, -1.0, -1.0], dtype=torch.float64).expand(2, 1, 4)], 1)
+    elif case == "near_cut":
+        v[0, 5, 2] = -0.3
+    faces = torch.randint(0, 12, (9, 3), generator=g)
+    batch = TriangleBatch(v.to(device), faces.to(device), vertex_colors=torch.rand(2, v.shape[1], 3, generator=g,
+                                                                                     dtype=torch.float64).to(device))
+    attrs = {"uv": torch.rand(v.shape[1], 2, generator=g, dtype=torch.float64).to(device)}
+    calls = {"quick": 0}
+    real = clip._wholly_inside
+
+    def counted(*args):
+        quick = real(*args)
+        calls["quick"] += quick
+        return quick
+
+    monkeypatch.setattr(clip, "_wholly_inside", counted)
+    quick = clip_batch(batch, attributes=attrs, guard=guard)
+    monkeypatch.setattr(clip, "_wholly_inside", lambda *args: False)
+    full = clip_batch(batch, attributes=attrs, guard=guard)
+    assert calls["quick"] == (case == "inside" or (case == "past_guard" and guard is None))
+    assert quick.num_clipped == full.num_clipped
+    assert torch.equal(quick.face_map, full.face_map) and torch.equal(quick.weights, full.weights)
+    assert torch.equal(quick.batch.vertices, full.batch.vertices) and torch.equal(quick.batch.faces, full.batch.faces)
+    assert torch.equal(quick.batch.vertex_colors, full.batch.vertex_colors)
+    assert quick.attributes.keys() == full.attributes.keys()
+    assert all(torch.equal(quick.attributes[k], full.attributes[k]) for k in full.attributes)
+
+
 def _bary_fraction(d):
     """Exact fraction of a triangle's (barycentric) area where the linear function d >= 0."""
     ins = [x >= 0 for x in d]

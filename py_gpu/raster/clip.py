@@ -112,12 +112,15 @@ def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: s
         raise PyGpuValueError(f"{where}: `guard` must be a number >= 1 (image half-widths), got {guard!r}")
     attrs = _check_attributes(where, attributes or {}, batch.batch_size, batch.vertices.shape[1], batch.vertices.device)
     a, b, c = NEAR_PLANES[plane]
+    G = None if guard is None else float(guard)
+    guards = () if G is None else ((-1.0, 0.0, 0.0, G), (1.0, 0.0, 0.0, G), (0.0, -1.0, 0.0, G), (0.0, 1.0, 0.0, G))
+    if _wholly_inside(batch.vertices, [((0.0, 0.0, a, b), c)] + [(k, 0.0) for k in guards]):  # the usual case
+        return _unclipped(batch, attrs)
     result, cut = _clip_plane(where, batch, attrs, (0.0, 0.0, a, b), c)
     if guard is None:
         return result
-    G = float(guard)
     cut = cut.clone()
-    for coeffs in ((-1.0, 0.0, 0.0, G), (1.0, 0.0, 0.0, G), (0.0, -1.0, 0.0, G), (0.0, 1.0, 0.0, G)):
+    for coeffs in guards:
         step, step_cut = _clip_plane(where, result.batch, result.attributes, coeffs, 0.0)
         if step.num_clipped == 0:
             continue
@@ -125,6 +128,28 @@ def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: s
         weights = step.weights @ result.weights[:, step.face_map]
         result = ClipResult(step.batch, result.face_map[step.face_map], weights, step.attributes, int(cut.sum()))
     return result
+
+
+def _distance(v: torch.Tensor, coeffs, offset: float) -> torch.Tensor:
+    """float ``[B, V]``: the signed (scaled) distance ``coeffs . (x, y, z, w) + offset`` of the
+    vertices ``v`` (``[B, V, 4]``) to a plane, in front where ``>= 0``."""
+    return sum(k * v[..., i] for i, k in enumerate(coeffs) if k != 0.0) + offset
+
+
+def _wholly_inside(v: torch.Tensor, planes) -> bool:
+    """Whether every vertex (used by a face or not) has ``w > 0`` and lies in front of every plane
+    ``(coeffs, offset)``: then no plane cuts a face, and clipping changes nothing."""
+    if v.shape[0] * v.shape[1] == 0:
+        return False
+    front = torch.stack([_distance(v, coeffs, offset) >= 0 for coeffs, offset in planes] + [v[..., 3] > 0])
+    return bool(front.all())
+
+
+def _unclipped(batch: TriangleBatch, attrs: dict) -> ClipResult:
+    """The clip result of a batch that no plane cuts: the batch itself, every face its own."""
+    B, F, dev = batch.batch_size, batch.faces.shape[0], batch.vertices.device
+    eye = torch.eye(3, dtype=batch.vertices.dtype, device=dev).expand(B, F, 3, 3)
+    return ClipResult(batch, torch.arange(F, device=dev), eye, dict(attrs), 0)
 
 
 def _clip_plane(where: str, batch: TriangleBatch, attrs: dict, coeffs, offset: float) -> tuple[ClipResult, torch.Tensor]:
@@ -136,7 +161,7 @@ def _clip_plane(where: str, batch: TriangleBatch, attrs: dict, coeffs, offset: f
     F = faces.shape[0]
     dtype, dev = v.dtype, v.device
 
-    d = sum(k * v[..., i] for i, k in enumerate(coeffs) if k != 0.0) + offset  # [B, V] signed distance (scaled)
+    d = _distance(v, coeffs, offset)  # [B, V]
     dF = d[:, faces]  # [B, F, 3]
     inside = dF >= 0
     n_in = inside.sum(-1)  # [B, F]
