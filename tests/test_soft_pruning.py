@@ -545,3 +545,42 @@ def test_lanes_merged_before_compaction_give_the_same_frame_bit_for_bit(monkeypa
         assert torch.equal(getattr(lanes, name), getattr(compacted, name)), name
     assert torch.equal(g_lanes, g_compacted)
     assert float(lanes.alpha.amax()) > 0.5 and int((lanes.face_index >= 0).sum()) > 500
+
+
+def _reach_table_by_face(lines: torch.Tensor) -> torch.Tensor:
+    """``_reach_table``'s definition, face by face in Python: the first and the last left bound
+    (``nx > 0``), the first and the last right bound (``nx < 0``), the first horizontal edge."""
+    rows = []
+    for face in lines.tolist():
+        left, right, flat = [], [], []
+        for nx, ny, c in face:
+            a, b = c / (nx if nx != 0 else 1.0), ny / (nx if nx != 0 else 1.0)
+            usable = math.isfinite(a) and math.isfinite(b)
+            if usable and nx > 0:
+                left.append((a, b))
+            elif usable and nx < 0:
+                right.append((a, b))
+            if nx == 0:
+                flat.append((c, ny))
+        row = []
+        for side, bound in ((left, -math.inf), (right, math.inf)):
+            for a, b in ((side[0], side[-1]) if side else ((bound, 0.0), (bound, 0.0))):
+                row += [a, b]
+        row += list(flat[0]) if flat else [-math.inf, 0.0]
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float64).t()
+
+
+def test_reach_table_takes_each_faces_first_and_last_bound_per_side():
+    g = torch.Generator().manual_seed(8)
+    tri = torch.rand(300, 3, 3, generator=g, dtype=torch.float64) * 60.0
+    tri[:40, 1, 1] = tri[:40, 0, 1]  # a horizontal edge
+    tri[40:80, 2, 0] = tri[40:80, 1, 0]  # a vertical edge
+    tri[80:100, 1] = tri[80:100, 0]  # degenerate: two corners equal
+    tri[100:110, 0, 1] = 1e-311  # a subnormal normal component
+    tri[100:110, 1, 1] = 0.0
+    lines = torch_soft._reach_lines(tri, 1.5)
+    got = torch_soft._reach_table(lines)
+    want = _reach_table_by_face(lines)
+    assert got.shape == (10, 300) and got.is_contiguous()
+    assert torch.equal(got, want)

@@ -903,6 +903,10 @@ def _core_area(tri: torch.Tensor, sigma: float, dtype: torch.dtype) -> torch.Ten
 
 #: Rows of the faces' reach table (:func:`_reach_table`), one per bound coefficient.
 _REACH_ROWS = 10
+#: :func:`_reach_table`'s four bounds per face: (first left, last left, first right, last right);
+#: which of them search the flipped edge flags, and the bound where a face has none on that side.
+_FLIPPED = torch.tensor([False, True, False, True])
+_SIDE_BOUND = torch.tensor([-math.inf, -math.inf, math.inf, math.inf], dtype=torch.float64)
 
 
 def _reach_table(lines: torch.Tensor) -> torch.Tensor:
@@ -921,21 +925,21 @@ def _reach_table(lines: torch.Tensor) -> torch.Tensor:
     nx, ny, c = lines.unbind(-1)  # [n, 3] each
     safe = torch.where(nx == 0, 1.0, nx)
     a, b = c / safe, ny / safe
-    columns = []
     usable = torch.isfinite(a) & torch.isfinite(b)  # a subnormal nx overflows: no bound, a looser reach
-    for side, bound in ((usable & (nx > 0), -math.inf), (usable & (nx < 0), math.inf)):
-        first = side.to(torch.int8).argmax(dim=1, keepdim=True)  # the first edge on this side
-        last = 2 - side.flip(1).to(torch.int8).argmax(dim=1, keepdim=True)  # the last one (or the same)
-        some = side.any(dim=1)
-        for k in (first, last):
-            columns.append(torch.where(some, a.gather(1, k).squeeze(1), bound))
-            columns.append(torch.where(some, b.gather(1, k).squeeze(1), 0.0))
+    left, right = usable & (nx > 0), usable & (nx < 0)
+    # per face, the first and the last left edge, the first and the last right one (argmax finds
+    # the first set flag; on the flipped flags, the last), all at once
+    sides = torch.stack((left, left.flip(1), right, right.flip(1)), dim=1)  # [n, 4, 3]
+    k = sides.to(torch.int8).argmax(dim=2)  # [n, 4]
+    k = torch.where(_FLIPPED.to(k.device), 2 - k, k)
+    some = sides.any(dim=2)
+    bound = _SIDE_BOUND.to(a.device, a.dtype)
+    ends = torch.stack((torch.where(some, a.gather(1, k), bound), torch.where(some, b.gather(1, k), 0.0)), dim=2)
     flat = nx == 0
-    k = flat.to(torch.int8).argmax(dim=1, keepdim=True)
-    some = flat.any(dim=1)
-    columns.append(torch.where(some, c.gather(1, k).squeeze(1), -math.inf))
-    columns.append(torch.where(some, ny.gather(1, k).squeeze(1), 0.0))
-    return torch.stack(columns)
+    h = flat.to(torch.int8).argmax(dim=1, keepdim=True)
+    any_flat = flat.any(dim=1, keepdim=True)
+    horizontal = (torch.where(any_flat, c.gather(1, h), -math.inf), torch.where(any_flat, ny.gather(1, h), 0.0))
+    return torch.cat((ends.reshape(-1, 8), *horizontal), dim=1).t().contiguous()
 
 
 def _reach_columns(reach, row: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor):
