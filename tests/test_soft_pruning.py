@@ -511,15 +511,20 @@ def _edge_crossing_scene(dtype) -> TriangleBatch:
 @pytest.mark.parametrize("scene", ["stacked", "edges"])
 def test_lanes_merged_before_compaction_give_the_same_frame_bit_for_bit(monkeypatch, scene, dtype):
     """The run path merges every lane (the silhouette sum, the window filter) before compacting
-    them; frames, and the gradients of a backward pass that selects the faces again, equal those of
-    gathering the reached lanes first, bit for bit."""
+    them; frames, and the gradients of a backward pass that selects the faces again (a budget too
+    small to keep them), equal those of gathering the reached lanes first, bit for bit. Small
+    chunks, with no pixel counted as done, make later chunks merge into filled slots in runs."""
+    monkeypatch.setattr(torch_soft, "_CHUNK_CANDIDATES", 160)
+    monkeypatch.setattr(torch_soft, "_HIDDEN_SHARE", 0)  # no tile has enough done pixels to look them up
     batch = stacked_scene(dtype=dtype) if scene == "stacked" else _edge_crossing_scene(dtype)
     size = (48, 64) if scene == "stacked" else (40, 64)
-    calls = {"lanes": 0}
+    calls = {"forward": 0, "backward": 0, "merged": 0}
     real = torch_soft._merge_lanes
+    phase = ["forward"]
 
     def counted(*args):
-        calls["lanes"] += 1
+        calls[phase[0]] += 1
+        calls["merged"] += not args[11]  # fresh=False: into slots earlier chunks filled
         return real(*args)
 
     def frames(merge):
@@ -528,19 +533,21 @@ def test_lanes_merged_before_compaction_give_the_same_frame_bit_for_bit(monkeypa
 
         def render():
             return py_gpu.render(TriangleBatch(verts, batch.faces, vertex_colors=batch.vertex_colors), size,
-                                 mode="soft", sigma=1.0, faces_per_pixel=4, gamma=0.05)
+                                 mode="soft", sigma=1.0, faces_per_pixel=4, gamma=0.05, memory_budget=400_000)
 
+        phase[0] = "forward"
         with torch.no_grad():
             plain = render()
         out = render()
         up = torch.rand(out.image.shape, generator=torch.Generator().manual_seed(2), dtype=dtype)
+        phase[0] = "backward"
         ((out.image * up).sum() + out.alpha.sum()).backward()
         return plain, verts.grad
 
     lanes, g_lanes = frames(counted)
-    used = calls["lanes"]
+    seen = dict(calls)
     compacted, g_compacted = frames(_merge_compacted)
-    assert used > 0  # the scene takes the run path
+    assert seen["forward"] > 0 and seen["backward"] > 0 and seen["merged"] > 0, seen  # every path is taken
     for name in ("image", "alpha", "depth", "face_index"):
         assert torch.equal(getattr(lanes, name), getattr(compacted, name)), name
     assert torch.equal(g_lanes, g_compacted)

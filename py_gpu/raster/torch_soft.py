@@ -903,10 +903,6 @@ def _core_area(tri: torch.Tensor, sigma: float, dtype: torch.dtype) -> torch.Ten
 
 #: Rows of the faces' reach table (:func:`_reach_table`), one per bound coefficient.
 _REACH_ROWS = 10
-#: :func:`_reach_table`'s four bounds per face: (first left, last left, first right, last right);
-#: which of them search the flipped edge flags, and the bound where a face has none on that side.
-_FLIPPED = torch.tensor([False, True, False, True])
-_SIDE_BOUND = torch.tensor([-math.inf, -math.inf, math.inf, math.inf], dtype=torch.float64)
 
 
 def _reach_table(lines: torch.Tensor) -> torch.Tensor:
@@ -931,10 +927,12 @@ def _reach_table(lines: torch.Tensor) -> torch.Tensor:
     # the first set flag; on the flipped flags, the last), all at once
     sides = torch.stack((left, left.flip(1), right, right.flip(1)), dim=1)  # [n, 4, 3]
     k = sides.to(torch.int8).argmax(dim=2)  # [n, 4]
-    k = torch.where(_FLIPPED.to(k.device), 2 - k, k)
-    some = sides.any(dim=2)
-    bound = _SIDE_BOUND.to(a.device, a.dtype)
-    ends = torch.stack((torch.where(some, a.gather(1, k), bound), torch.where(some, b.gather(1, k), 0.0)), dim=2)
+    k[:, 1::2] = 2 - k[:, 1::2]  # the flipped searches' positions in edge order
+    none = ~sides.any(dim=2)
+    a_k, b_k = a.gather(1, k), b.gather(1, k).masked_fill_(none, 0.0)
+    a_k[:, :2].masked_fill_(none[:, :2], -math.inf)  # no left bound: every column
+    a_k[:, 2:].masked_fill_(none[:, 2:], math.inf)  # no right bound: every column
+    ends = torch.stack((a_k, b_k), dim=2)
     flat = nx == 0
     h = flat.to(torch.int8).argmax(dim=1, keepdim=True)
     any_flat = flat.any(dim=1, keepdim=True)
