@@ -424,7 +424,11 @@ def _frame_and_grads(batch: TriangleBatch, size, **kw):
        flat=st.booleans(), budget=st.sampled_from([60_000, 2**30]), k=st.sampled_from([2, 8]))
 def test_dropping_what_the_frame_cannot_use_changes_nothing(composite, seed, gamma, flat, budget, k):
     """Fragments behind their pixel's blend window and behind a covering fragment are dropped
-    before the K nearest are taken: frame and gradients are those of the K nearest, bit for bit."""
+    before the K nearest are taken: the frame is that of the K nearest, bit for bit, and so are
+    the gradients of the image alone (the weighted slots' path). With every output's loss, the
+    depth's and the image's terms of a vertex add up in shading blocks that the dropped slots can
+    change (which pixels are shaded apart as deep ones), so those agree to rounding: one seed
+    gave a last-bit difference on a component of size 4e-25."""
     from py_gpu.shading import composite as comp
 
     batch = stacked_scene(faces=30, seed=seed % 1000, dtype=torch.float32)
@@ -448,9 +452,11 @@ def test_dropping_what_the_frame_cannot_use_changes_nothing(composite, seed, gam
         without = _frame_and_grads(batch, SIZE, **kw)
     for a, b in zip(with_window[0], without[0]):
         assert torch.equal(a, b)
-    for ga, gb in zip(with_window[1], without[1]):
-        for a, b in zip(ga, gb):
-            assert torch.equal(a, b)
+    (image_w, every_w), (image_wo, every_wo) = with_window[1], without[1]
+    for a, b in zip(image_w, image_wo):
+        assert torch.equal(a, b)
+    for a, b in zip(every_w, every_wo):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
     if gamma == 1e-4 and not flat and k == 8:
         assert sum(dropped) > 0  # the window bites in this deep scene
 
