@@ -440,9 +440,10 @@ def test_dropping_what_the_frame_cannot_use_changes_nothing(composite, seed, gam
     dropped = []
     real_filter = torch_soft._front_filter
 
-    def spy(front, pix, z, d):
-        keep = real_filter(front, pix, z, d)
-        dropped.append(0 if keep is None else pix.numel() - keep.numel())
+    def spy(front, pix, z, d, reached=None):
+        keep = real_filter(front, pix, z, d, reached)
+        candidates = pix.numel() if reached is None else int(reached.sum())  # the reached ones
+        dropped.append(0 if keep is None else candidates - keep.numel())
         return keep
 
     with pytest.MonkeyPatch.context() as patch:

@@ -114,9 +114,10 @@ def clip_batch(batch: TriangleBatch, *, attributes: dict | None = None, plane: s
     a, b, c = NEAR_PLANES[plane]
     G = None if guard is None else float(guard)
     guards = () if G is None else ((-1.0, 0.0, 0.0, G), (1.0, 0.0, 0.0, G), (0.0, -1.0, 0.0, G), (0.0, 1.0, 0.0, G))
-    if _wholly_inside(batch.vertices, [((0.0, 0.0, a, b), c)] + [(k, 0.0) for k in guards]):  # the usual case
+    near = ((0.0, 0.0, a, b), c)
+    if _wholly_inside(batch.vertices, [near] + [(k, 0.0) for k in guards]):  # the usual case
         return _unclipped(batch, attrs)
-    result, cut = _clip_plane(where, batch, attrs, (0.0, 0.0, a, b), c)
+    result, cut = _clip_plane(where, batch, attrs, *near)
     if guard is None:
         return result
     cut = cut.clone()
@@ -171,8 +172,7 @@ def _clip_plane(where: str, batch: TriangleBatch, attrs: dict, coeffs, offset: f
     n_clipped = int((~all_in).sum())
 
     if n_clipped == 0 and bool((v[..., 3] > 0).all()):
-        eye = torch.eye(3, dtype=dtype, device=dev).expand(B, F, 3, 3)
-        out = ClipResult(batch, torch.arange(F, device=dev), eye, {k: t for k, t in attrs.items()}, 0)
+        out = _unclipped(batch, attrs)
         _check_w(where, v, faces)
         return out, ~all_in
 

@@ -1372,11 +1372,9 @@ def _merge_lanes(dist, depth, run_f, run_pix, shift: int, reach: float, K: int, 
     pix = (run_pix[:, None] + lane).view(-1).clamp_(max=n_pix - 1)  # past a span's end: any pixel will do
     if log_miss is not None:
         add_at(log_miss, pix, nnf.logsigmoid(dist / -sigma).masked_fill_(~reached, 0.0))
-    window, nearest, covering = front
-    nearest.scatter_reduce_(0, pix, torch.where(reached, depth, math.inf), reduce="amin")
-    covering.scatter_reduce_(0, pix, torch.where(dist >= max(reach, 0.0), depth, math.inf), reduce="amin")
-    keep = torch.nonzero((depth <= _front_bound(window, nearest, covering).index_select(0, pix)).logical_and_(reached))
-    keep = keep.squeeze(1)
+    keep = _front_filter(front, pix, depth, dist, reached)
+    if keep is None:  # every lane reached and kept
+        keep = torch.arange(dist.numel(), device=dist.device)
     if keep.numel() == 0:
         return
     fid = run_f.index_select(0, torch.bitwise_right_shift(keep, shift))
@@ -1578,9 +1576,11 @@ def _front_bound(window: float, nearest: torch.Tensor, covering: torch.Tensor) -
     return torch.maximum(nearest + window, covering)
 
 
-def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Tensor) -> torch.Tensor | None:
+def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Tensor,
+                  reached: torch.Tensor | None = None) -> torch.Tensor | None:
     """int64 indices of the reached fragments (tile pixel ``pix``, depth ``z``, distance ``d``) a
-    blended image can need, or None for all; updates ``front = (window, nearest, covering)``, per
+    blended image can need, or None for all (with ``reached``, bool: of the candidates, only
+    those it marks; the others take no part: a distance below the reach is below 0); updates ``front = (window, nearest, covering)``, per
     tile pixel the depth of the nearest fragment and of the nearest covering one (``d >= 0``) seen
     so far (both only decrease, chunk after chunk).
 
@@ -1591,9 +1591,10 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     larger. The K slots then hold the K nearest of the rest: every slot the image, its face and
     depth and their gradients depend on, in the same order."""
     window, nearest, covering = front
-    nearest.scatter_reduce_(0, pix, z, reduce="amin")
+    nearest.scatter_reduce_(0, pix, z if reached is None else torch.where(reached, z, math.inf), reduce="amin")
     covering.scatter_reduce_(0, pix, torch.where(d >= 0, z, math.inf), reduce="amin")
-    keep = torch.nonzero(z <= _front_bound(window, nearest, covering).index_select(0, pix)).squeeze(1)
+    near = z <= _front_bound(window, nearest, covering).index_select(0, pix)
+    keep = torch.nonzero(near if reached is None else near.logical_and_(reached)).squeeze(1)
     return None if keep.numel() == z.numel() else keep
 
 
