@@ -639,9 +639,10 @@ def test_exp_normal_is_exp_except_where_the_result_is_not_normal(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("lanes", [8, 16])
 def test_runs_of_candidates_give_the_per_candidate_values_bit_for_bit(lanes, dtype):
-    """The selection's runs (one face, one row, ``lanes`` columns) give each candidate the distance
-    and depth that the per-candidate path computes, bit for bit, and -inf past the run's end; on
-    triangles of every shape, degenerate ones among them, with pixels inside, outside and on edges."""
+    """The selection's runs (one face, one row, ``lanes`` columns) give each candidate that reaches
+    its pixel the distance and depth that the per-candidate path computes, bit for bit, and the
+    others (past the run's end, or beyond the reach) distance -inf and depth +inf; on triangles
+    of every shape, degenerate ones among them, with pixels inside, outside and on edges."""
     from py_gpu.raster import torch_soft
 
     g = torch.Generator().manual_seed(lanes)
@@ -659,16 +660,18 @@ def test_runs_of_candidates_give_the_per_candidate_values_bit_for_bit(lanes, dty
     left = torch.randint(1, 2 * lanes, (R,), generator=g)
     dist = torch.empty(R, lanes, dtype=dtype)
     depth = torch.empty(R, lanes, dtype=dtype)
-    torch_soft._run_geometry(table, face, row, col, left, lanes, dist, depth)
+    reach = -9.0
+    torch_soft._run_geometry(table, face, row, col, left, lanes, reach, dist, depth)
     lane = torch.arange(lanes)
     f, r, c = face[:, None].expand(R, lanes), row[:, None].expand(R, lanes), col[:, None] + lane
-    d, z = torch_soft._miss_terms(table, f.reshape(-1), c.reshape(-1), r.reshape(-1), 1.0, -9.0, dist_only=True,
+    d, z = torch_soft._miss_terms(table, f.reshape(-1), c.reshape(-1), r.reshape(-1), 1.0, reach, dist_only=True,
                                   depth=True)
-    inside = lane < left[:, None]
-    assert torch.equal(dist[inside], d.view(R, lanes)[inside])
-    assert torch.equal(depth[inside], z.view(R, lanes)[inside])
-    assert bool((dist[~inside] == -math.inf).all())
-    assert bool((d > 0).any()) and bool((d < -9).any())
+    d, z = d.view(R, lanes), z.view(R, lanes)
+    reached = (lane < left[:, None]) & (d >= reach)
+    assert torch.equal(dist[reached], d[reached])
+    assert torch.equal(depth[reached], z[reached])
+    assert bool((dist[~reached] == -math.inf).all()) and bool((depth[~reached] == math.inf).all())
+    assert bool((d > 0).any()) and bool(((d < reach) & (lane < left[:, None])).any())  # both kinds of lanes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

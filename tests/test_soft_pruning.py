@@ -440,9 +440,9 @@ def test_dropping_what_the_frame_cannot_use_changes_nothing(composite, seed, gam
     dropped = []
     real_filter = torch_soft._front_filter
 
-    def spy(front, pix, z, d, reached=None):
-        keep = real_filter(front, pix, z, d, reached)
-        candidates = pix.numel() if reached is None else int(reached.sum())  # the reached ones
+    def spy(front, pix, z, d, runs=None):
+        keep = real_filter(front, pix, z, d, runs)
+        candidates = int((z < math.inf).sum())  # the reached ones (a run's other lanes have depth +inf)
         dropped.append(0 if keep is None else candidates - keep.numel())
         return keep
 

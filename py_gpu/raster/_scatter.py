@@ -13,10 +13,16 @@ against 0.47 ms (``index_copy_``) and 0.72 ms (``index_put_``) for 100,000 value
 torch's CPU floor division and remainder of int64 tensors take about 2.4 ns per element at one
 thread; a shift and a mask take 0.5. For a power of two they are the same function of every
 int64 (floor semantics included), so :func:`split_index` uses them there.
+
+torch's CPU ``nonzero`` took 5-6 ns per element of a random, mostly true mask at one thread (1.6-2.0
+ms for 310,000 elements, 80% true), NumPy's ``flatnonzero`` 0.55 ns (0.17 ms), and 0.47 ms
+against 0.61 for a mask one tenth true. :func:`flat_nonzero` uses it for CPU tensors: the same
+indices.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -39,3 +45,12 @@ def split_index(index: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Te
     if width > 0 and width & (width - 1) == 0:
         return torch.bitwise_right_shift(index, width.bit_length() - 1), torch.bitwise_and(index, width - 1)
     return index // width, index % width
+
+
+def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """int64 ``[N]``: the flat indices of ``mask``'s true elements (bool, any shape), in increasing
+    order: ``torch.nonzero(mask.reshape(-1)).squeeze(1)``, through NumPy on the CPU."""
+    flat = mask.reshape(-1)
+    if flat.device.type != "cpu":
+        return torch.nonzero(flat).squeeze(1)
+    return torch.from_numpy(np.flatnonzero(flat.numpy()).astype(np.int64, copy=False))

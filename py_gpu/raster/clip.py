@@ -30,6 +30,7 @@ import torch
 
 from .._check import PyGpuTypeError, PyGpuValueError, check_float
 from ..contracts import Fragments, TriangleBatch
+from ._scatter import flat_nonzero
 
 __all__ = ["ClipResult", "clip_near", "clip_batch", "unclip_fragments", "NEAR_PLANES"]
 
@@ -176,7 +177,7 @@ def _clip_plane(where: str, batch: TriangleBatch, attrs: dict, coeffs, offset: f
         _check_w(where, v, faces)
         return out, ~all_in
 
-    m_idx = mixed.nonzero().squeeze(1)  # [M]
+    m_idx = flat_nonzero(mixed)  # [M]
     M = m_idx.shape[0]
     need2 = (n_in[:, m_idx] == 2).any(0)  # [M]
     W = _piece_weights(dF[:, m_idx], inside[:, m_idx], n_in[:, m_idx])  # [B, M, 2, 3, 3]
@@ -196,7 +197,7 @@ def _clip_plane(where: str, batch: TriangleBatch, attrs: dict, coeffs, offset: f
     far = torch.tensor(_FAR_POINT, dtype=dtype, device=dev)
     new_pos = torch.where(pad, far, new_pos)
 
-    keep_idx = all_in.nonzero().squeeze(1)  # [K] uncut faces
+    keep_idx = flat_nonzero(all_in)  # [K] uncut faces
     new_faces = V + torch.arange(3 * S, device=dev).reshape(S, 3)
     all_faces = torch.cat([faces[keep_idx], new_faces])
     keys = torch.cat([2 * keep_idx, 2 * src_face + slot])

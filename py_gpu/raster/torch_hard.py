@@ -49,7 +49,7 @@ import torch
 from .._check import MemoryBudgetError
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
-from ._scatter import put_at
+from ._scatter import flat_nonzero, put_at
 from .rule import HALF_PIXEL, SUBPIXEL
 
 # Bytes of temporaries per unit of work, used to size chunks from ``memory_budget``.
@@ -341,7 +341,7 @@ class _Buffers:
         low = -math.inf if self.tile_max.is_floating_point() else torch.iinfo(self.tile_max.dtype).min
         band_max = torch.full((n_bands,), low, dtype=self.tile_max.dtype, device=dev)
         band_max.scatter_reduce_(0, tile_band, self.tile_max.index_select(0, tile), reduce="amax")
-        vis = (band_max >= zmin.index_select(0, face)).nonzero().squeeze(1)
+        vis = flat_nonzero(band_max >= zmin.index_select(0, face))
         face, band_row = face.index_select(0, vis), band_row.index_select(0, vis)
         first = torch.maximum(r0.index_select(0, face), band_row << _TILE_BITS)
         last = torch.minimum(r1.index_select(0, face), (band_row << _TILE_BITS) + (_TILE - 1))
@@ -403,7 +403,7 @@ def resolve_faces(batch: TriangleBatch, size: tuple[int, int], settings: RasterS
         else:
             g, _, _, _, live, r0, r1, c0, c1 = _setup(
                 scene, torch.arange(start, min(B * F, start + max_block), device=dev), settings)
-        keep = live.nonzero().squeeze(1)
+        keep = flat_nonzero(live)
         if keep.numel():
             live_g.append(g.index_select(0, keep))
             live_box.append(torch.stack([t.index_select(0, keep) for t in (r0, r1, c0, c1)]))
@@ -605,7 +605,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     edges = edge_tab.index_select(0, span_face).unbind(1)  # 14 x [S]
     s0, s1 = _row_spans(edges, rows, c0.index_select(0, span_face), c1.index_select(0, span_face))
     del edges
-    keep = (s1 >= s0).nonzero().squeeze(1)
+    keep = flat_nonzero(s1 >= s0)
     if keep.numel() == 0:
         return kept
     span_face, rows, s0, s1 = _take((span_face, rows, s0, s1), keep)
@@ -639,7 +639,7 @@ def _draw(scene: _Scene, buf: _Buffers, g, box, tables, row_offset: int, row_cou
     code = _run_codes(s0, s1, nrun, run_start, n_run)  # [R] the covered lanes of each run
     if reject:  # runs hidden behind the buffer
         run_near = near.index_select(0, span_face).index_select(0, run_span)
-        vis = (buf.row_max.index_select(0, run) >= run_near).nonzero().squeeze(1)
+        vis = flat_nonzero(buf.row_max.index_select(0, run) >= run_near)
         if vis.numel() == 0:
             return kept
         run_span, run = run_span.index_select(0, vis), run.index_select(0, vis)
@@ -699,7 +699,7 @@ def _fragments_sparse(buf: _Buffers, s0, lengths, row_id, n: int, span_tab, gid)
     pix = (row_id * buf.Wp).index_select(0, span) + col
     old = buf.depth.index_select(0, pix)
     if span_tab.shape[1] > 13:  # early depth rejection per fragment (conservative)
-        alive = (old >= span_tab[:, 13].index_select(0, span)).nonzero().squeeze(1)
+        alive = flat_nonzero(old >= span_tab[:, 13].index_select(0, span))
         if alive.numel() == 0:
             return
         if alive.numel() != n:
@@ -711,7 +711,7 @@ def _fragments_sparse(buf: _Buffers, s0, lengths, row_id, n: int, span_tab, gid)
     ok = z < math.inf  # NaN and +inf never cover a sample
     z.masked_fill_(~ok, math.inf)
     buf.depth.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
-    at_min = ((z == buf.depth.index_select(0, pix)) & ok).nonzero().squeeze(1)
+    at_min = flat_nonzero((z == buf.depth.index_select(0, pix)) & ok)
     if at_min.numel() == 0:
         return
     _settle(buf, pix.index_select(0, at_min), old.index_select(0, at_min),
@@ -722,12 +722,12 @@ def _settle(buf: _Buffers, pix, old, gid, lz, at_min) -> None:
     """Second half of the resolve, for the fragments ``at_min [M]`` (of ``lz [4, N]``: ``l0, l1,
     l2, z``) whose depth equals the buffer's new minimum, at pixels ``pix [M]`` with previous depth
     ``old [M]``: the lowest face id ``gid [M]`` wins; the winner's barycentrics are stored."""
-    lost = (lz[3].index_select(0, at_min) < old).nonzero().squeeze(1)
+    lost = flat_nonzero(lz[3].index_select(0, at_min) < old)
     buf.winner.index_fill_(0, pix.index_select(0, lost), buf.empty)  # the old winner lost these
     buf.winner.scatter_reduce_(0, pix, gid, reduce="amin", include_self=True)
     if buf.bary is None:  # face ids only
         return
-    won = (buf.winner.index_select(0, pix) == gid).nonzero().squeeze(1)  # one per pixel
+    won = flat_nonzero(buf.winner.index_select(0, pix) == gid)  # one per pixel
     wp, won = pix.index_select(0, won), at_min.index_select(0, won)
     for k in range(3):
         put_at(buf.bary[k], wp, lz[k].index_select(0, won))
@@ -816,7 +816,7 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
     runs = buf.depth.view(-1, _TILE)
     if span_zmin is not None:
         old = runs.index_select(0, run)  # [R, 8]
-        vis = (old.amax(1) >= span_zmin.index_select(0, run_span)).nonzero().squeeze(1)
+        vis = flat_nonzero(old.amax(1) >= span_zmin.index_select(0, run_span))
         if vis.numel() == 0:
             return
         if vis.numel() != run.numel():
@@ -843,7 +843,7 @@ def _fragments(buf: _Buffers, run, run_span, span_tab, span_int, masked: bool = 
         _settle_masked(buf, pix, old, gid.repeat_interleave(_TILE, output_size=pix.numel()), lz,
                        (z == runs.index_select(0, run).view(-1)) & ok)
         return
-    at_min = ((z == runs.index_select(0, run).view(-1)) & ok).nonzero().squeeze(1)
+    at_min = flat_nonzero((z == runs.index_select(0, run).view(-1)) & ok)
     if at_min.numel() == 0:
         return
     _settle(buf, pix.index_select(0, at_min), old.index_select(0, at_min), gid.index_select(0, at_min >> _TILE_BITS),
@@ -912,7 +912,7 @@ class _Contest:
         w = self.best.index_select(0, pix)
         # covered (so at least w), not w, and not behind w's bounds; uncovered lanes exceed every reach
         contested = (lane_rank > w) & (lane_rank <= self.reach.index_select(0, w))
-        at = contested.nonzero().squeeze(1)
+        at = flat_nonzero(contested)
         if at.numel():
             self.pix.append(pix.index_select(0, at))
             self.rank.append(lane_rank.index_select(0, at))
@@ -930,7 +930,7 @@ class _Contest:
         settle = list(self.pix)  # pixels whose w takes part: those contested (repeats do no harm)
         if self.unknown:  # and those whose w has unbounded depth: does it cover at all?
             rank = self.best[: buf.n]
-            settle.append((torch.isinf(self.zmax.index_select(0, rank)) & (rank < self.none)).nonzero().squeeze(1))
+            settle.append(flat_nonzero(torch.isinf(self.zmax.index_select(0, rank)) & (rank < self.none)))
         if not settle:
             return
         settle = torch.cat(settle)
@@ -952,7 +952,7 @@ class _Contest:
         near = buf.depth  # not a bound here (the summaries are in ranks): the candidates' nearest exact depth
         near.index_fill_(0, pix, math.inf)
         near.scatter_reduce_(0, pix, z, reduce="amin", include_self=True)
-        at = (ok & (z == near.index_select(0, pix))).nonzero().squeeze(1)
+        at = flat_nonzero(ok & (z == near.index_select(0, pix)))
         won = buf.winner  # unused otherwise: the nearest candidates' lowest global id
         won.index_fill_(0, pix, buf.empty)
         won.scatter_reduce_(0, pix.index_select(0, at), gid.index_select(0, at), reduce="amin", include_self=True)
@@ -1043,7 +1043,7 @@ def pixel_fragments(batch: TriangleBatch, size: tuple[int, int], buf: _Buffers) 
         pixel = torch.arange(n_pix, device=dev)
         g = torch.where(empty, 0, winner)
     else:  # the covered pixels only
-        pixel = (~empty).nonzero().squeeze(1)  # [N]
+        pixel = flat_nonzero(~empty)  # [N]
         g = winner.index_select(0, pixel)
     b = torch.div(g, F, rounding_mode="floor") if B > 1 else torch.zeros_like(g)
     f = g - b * F

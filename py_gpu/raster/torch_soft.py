@@ -70,7 +70,7 @@ import torch.nn.functional as nnf
 from .._check import MemoryBudgetError, PyGpuTypeError, check_size
 from ..contracts import Fragments, TriangleBatch
 from ..settings import RasterSettings
-from ._scatter import add_at, put_at, split_index
+from ._scatter import add_at, flat_nonzero, put_at, split_index
 
 __all__ = ["rasterize_soft", "silhouette_soft", "soft_geometry", "faces_kept", "SoftPlan", "plan_tiles",
            "plan_with_room", "FaceSelector", "TileLoop", "gather_tile", "gather_tile_planes", "gather_bytes_per_slot",
@@ -600,7 +600,7 @@ class FaceSelector:
         c1 = torch.floor(hi[:, 0] - 0.5).clamp(max=width - 1).long()
         r0 = torch.ceil(lo[:, 1] - 0.5).clamp(min=0).long()
         r1 = torch.floor(hi[:, 1] - 0.5).clamp(max=height - 1).long()
-        live = torch.nonzero(keep & (c0 <= c1) & (r0 <= r1)).squeeze(1)  # [n] face ids
+        live = flat_nonzero(keep & (c0 <= c1) & (r0 <= r1))  # [n] face ids
         z = tri[..., 2]
         zmin = torch.minimum(torch.minimum(z[:, 0], z[:, 1]), z[:, 2])  # [F]: no fragment of a face lies nearer
         boxes = ((r1 - r0 + 1) * (c1 - c0 + 1)).index_select(0, live)
@@ -633,7 +633,7 @@ class FaceSelector:
             return
         tri, live, f_r0, f_r1, f_c0, f_c1, reach, _ = self._table(b)
         # 1. bin: the live faces whose grown box reaches the tile
-        near = torch.nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0)).squeeze(1)
+        near = flat_nonzero((f_r0 < row1) & (f_r1 >= row0) & (f_c0 < col1) & (f_c1 >= col0))
         if near.numel() == 0:
             return
         # index_select throughout: indexing with an index tensor (t[near]) is about 4x slower on the CPU
@@ -803,7 +803,7 @@ class FaceSelector:
         pixels whose sum is not below ``floor`` yet), keeping their gradient terms in ``terms``
         when it evaluates them eagerly; returns the reached ones' faces and pixels."""
         if look:  # skip the candidates at pixels whose alpha is exactly 1 already
-            live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
+            live = flat_nonzero(log_miss.index_select(0, pix) >= floor)
             if live.numel() == 0:
                 return f[:0], pix[:0]
             if live.numel() < pix.numel():
@@ -813,7 +813,7 @@ class FaceSelector:
             dist = terms.evaluate(tri, f, c, r, pix, sigma, reach)[0]
         else:
             dist = _miss_terms(tri, f, c, r, sigma, reach, dist_only=True)
-        hit = torch.nonzero(dist >= reach).squeeze(1)
+        hit = flat_nonzero(dist >= reach)
         pix = pix.index_select(0, hit)
         add_at(log_miss, pix, nnf.logsigmoid(dist.index_select(0, hit) / -sigma))
         return f.index_select(0, hit), pix
@@ -854,7 +854,7 @@ class FaceSelector:
         # one gather per row: torch's CPU index_select along dim 1 of a float64 table is ~3.5x slower
         span_c0, span_c1 = _reach_columns([r.index_select(0, owner) for r in reach], span_row, box0, box1)
         del first, offset, box0, box1, owner
-        alive = torch.nonzero(span_c1 >= span_c0).squeeze(1)
+        alive = flat_nonzero(span_c1 >= span_c0)
         if alive.numel() < span_face.numel():
             span_face, span_row, span_c0, span_c1 = (t.index_select(0, alive) for t in (span_face, span_row, span_c0,
                                                                                         span_c1))
@@ -1003,7 +1003,7 @@ class _LogMiss(torch.autograd.Function):
                         continue
                     keep = _visible_spans(open_, zmin, *chunk[1:5], (r0, c0), width)
                     for tri, f, r, c, pix in _candidate_blocks([chunk], (r0, c0), width, [keep]):
-                        live = torch.nonzero(~done.index_select(0, pix)).squeeze(1)
+                        live = flat_nonzero(~done.index_select(0, pix))
                         if live.numel() == 0:
                             continue
                         if live.numel() < pix.numel():
@@ -1135,7 +1135,7 @@ class _Terms:
                 self.blocks.append(entry)
                 continue
             face, pix = entry
-            live = torch.nonzero(log_miss.index_select(0, pix) >= floor).squeeze(1)
+            live = flat_nonzero(log_miss.index_select(0, pix) >= floor)
             face, pix = face.index_select(0, live), pix.index_select(0, live)
             row, col = split_index(pix, width)
             row, col = row + origin[0], col + origin[1]
@@ -1170,11 +1170,12 @@ def _span_runs(face, row, col0, span_w, lanes: int):
         span_w.index_select(0, span) - start
 
 
-def _run_geometry(table: torch.Tensor, face, row, col, left, lanes: int, dist: torch.Tensor,
+def _run_geometry(table: torch.Tensor, face, row, col, left, lanes: int, reach: float, dist: torch.Tensor,
                   depth: torch.Tensor) -> None:
     """:func:`_miss_terms`' ``dist`` and depth (``dist_only``, ``depth``) of the candidates of runs
-    (:func:`_span_runs`: ``[R]`` each), written into ``dist`` and ``depth`` (float ``[R, lanes]``),
-    ``dist = -inf`` on lanes past their span's end. The same operations on the same values, so
+    (:func:`_span_runs`: ``[R]`` each), written into ``dist`` and ``depth`` (float ``[R, lanes]``);
+    on the lanes that do not reach their pixel (past their span's end, or ``dist`` not ``>=
+    reach``) ``dist = -inf`` and ``depth = +inf``. The same operations on the same values, so
     the same bits, but each run gathers its face's edges once and the row-constant terms are
     computed once per run, not per candidate. The work is lane-major (``[lanes, R]``), so that
     every operation's inner loop runs along the runs."""
@@ -1191,8 +1192,10 @@ def _run_geometry(table: torch.Tensor, face, row, col, left, lanes: int, dist: t
     rx, ry = dx.sub_(t * ex), dy - t * ey
     d2 = (rx * rx).add_(ry * ry)  # [3, L, R]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
-    torch.where(inside, near, -near, out=dist.T).masked_fill_(lane >= left, -math.inf)
-    depth.T.copy_(_clamped_depth(cross, own[16:19]))
+    signed = torch.where(inside, near, -near)
+    miss = (signed >= reach).logical_not_().logical_or_(lane >= left)  # NaN: a miss
+    dist.T.copy_(signed.masked_fill_(miss, -math.inf))
+    depth.T.copy_(_clamped_depth(cross, own[16:19]).masked_fill_(miss, math.inf))
 
 
 def _edge_table(tri: torch.Tensor) -> torch.Tensor:
@@ -1299,7 +1302,7 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
         pix = (r - origin[0]) * width + (c - origin[1]) if eager or hidden is not None else None
         live = None
         if hidden is not None:
-            live = torch.nonzero(~(zmin.index_select(0, f) > hidden.index_select(0, pix))).squeeze(1)
+            live = flat_nonzero(~(zmin.index_select(0, f) > hidden.index_select(0, pix)))
             if live.numel() == f.numel():
                 live = None
             else:
@@ -1316,7 +1319,7 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
         else:
             put_at(dist[part], live, d)
             put_at(depth[part], live, z)
-    hit = torch.nonzero(dist >= reach).squeeze(1)  # [N] reached, nearest faces first
+    hit = flat_nonzero(dist >= reach)  # [N] reached, nearest faces first
     pix = ((row_n - origin[0]) * width + (col - origin[1])).index_select(0, hit)  # tile pixels
     z, d = depth.index_select(0, hit), dist.index_select(0, hit)
     del dist, depth, row_n, col
@@ -1343,13 +1346,13 @@ def _run_chunk(tri, face, row, col0, span_w, lanes: int, width: int, reach: floa
     step = max(1, _BLOCK // lanes)
     for i in range(0, R, step):  # blocks whose temporaries stay in the cache
         part = slice(i, i + step)
-        _run_geometry(tri, run_f[part], run_r[part], run_c[part], left[part], lanes, dist[part], depth[part])
+        _run_geometry(tri, run_f[part], run_r[part], run_c[part], left[part], lanes, reach, dist[part], depth[part])
     shift = lanes.bit_length() - 1  # int64 `hit >> shift` measured 2.4x slower than bitwise_right_shift
     if terms is None and front is not None:  # the silhouette sum and the window filter over every lane
         _merge_lanes(dist.view(-1), depth.view(-1), run_f, run_pix, shift, reach, K, best_depth, best_face, log_miss,
                      sigma, fresh, best_dist, front)
         return
-    hit = torch.nonzero(dist.view(-1) >= reach).squeeze(1)  # [N] reached, nearest faces first
+    hit = flat_nonzero(dist.view(-1) >= reach)  # [N] reached, nearest faces first
     run = torch.bitwise_right_shift(hit, shift)
     pix = run_pix.index_select(0, run) + (hit & (lanes - 1))
     z, d = depth.view(-1).index_select(0, hit), dist.view(-1).index_select(0, hit)
@@ -1360,19 +1363,19 @@ def _run_chunk(tri, face, row, col0, span_w, lanes: int, width: int, reach: floa
 def _merge_lanes(dist, depth, run_f, run_pix, shift: int, reach: float, K: int, best_depth, best_face, log_miss,
                  sigma: float, fresh: bool, best_dist, front) -> None:
     """:func:`_merge_reached` (without gradient terms, with a window filter) for every lane of a
-    chunk's runs, before compacting them: ``dist`` and ``depth`` (float ``[R * 2^shift]``) of the
-    lanes, ``run_f`` and ``run_pix`` (int64 ``[R]``) the face and first tile pixel of each run.
-    Almost every lane a run's span holds is reached, so the reached lanes are not gathered first:
-    the lanes that are not add exactly 0 to the silhouette sum and cannot lower the window's
-    depths, and the window filter's one compaction also drops them. The sums take the same terms
-    in the same order, and the kept fragments are the same, in the same order."""
+    chunk's runs, before compacting them: ``dist`` and ``depth`` (float ``[R * 2^shift]``, from
+    :func:`_run_geometry`) of the lanes, ``run_f`` and ``run_pix`` (int64 ``[R]``) the face and
+    first tile pixel of each run. Almost every lane a run's span holds is reached, so the reached
+    lanes are not gathered first: the lanes that are not (``dist = -inf``, ``depth = +inf``) add
+    exactly 0 to the silhouette sum (``logsigmoid(+inf)``) and cannot lower the window's depths,
+    and the window filter's one compaction also drops them. The sums take the same terms in the
+    same order, and the kept fragments are the same, in the same order."""
     n_pix = best_depth.shape[0]
-    reached = dist >= reach  # lanes past their span's end hold -inf
     lane = torch.arange(1 << shift, device=dist.device)
     pix = (run_pix[:, None] + lane).view(-1).clamp_(max=n_pix - 1)  # past a span's end: any pixel will do
     if log_miss is not None:
-        add_at(log_miss, pix, nnf.logsigmoid(dist / -sigma).masked_fill_(~reached, 0.0))
-    keep = _front_filter(front, pix, depth, dist, reached)
+        add_at(log_miss, pix, nnf.logsigmoid(dist / -sigma))
+    keep = _front_filter(front, pix, depth, dist, (run_pix, 1 << shift))
     if keep is None:  # every lane reached and kept
         keep = torch.arange(dist.numel(), device=dist.device)
     if keep.numel() == 0:
@@ -1429,7 +1432,7 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
     first[1:] = pix[1:] != pix[:-1]
     at = torch.arange(n, device=device)
     rank = at - torch.where(first, at, 0).cummax(0).values  # place within the pixel's run
-    kept = torch.nonzero(rank < K).squeeze(1)  # the first K of each pixel
+    kept = flat_nonzero(rank < K)  # the first K of each pixel
     order = o.index_select(0, kept)
     values = [t.index_select(0, order) for t in (z, fid) + (() if d is None else (d,))]
     rank = rank.index_select(0, kept)
@@ -1439,7 +1442,7 @@ def _keep_nearest(pix, z, fid, d, K: int, best_depth, best_face, best_dist, fres
         for buf, v in zip(buffers, values):
             put_at(buf.view(-1), at, v)
         return
-    touched = pix.index_select(0, torch.nonzero(first).squeeze(1))  # [M]
+    touched = pix.index_select(0, flat_nonzero(first))  # [M]
     slot = (torch.cumsum(first, 0) - 1).index_select(0, kept) * K + rank  # the pixel's row of [M, K]
     fills = (math.inf, -1, 0.0)
     cand = [put_at(torch.full((touched.numel() * K,), fill, dtype=v.dtype, device=device), slot, v).view(-1, K)
@@ -1501,7 +1504,7 @@ def _ties_in_order(o: torch.Tensor, same: torch.Tensor, fid: torch.Tensor, z: to
     """``o`` (an order of fragments) with each run of equal neighbours (``same[i]``: entries
     ``i`` and ``i + 1`` of ``o`` tie) reordered by face ``fid``, or with ``z`` by ``(z, fid)``,
     the rest untouched."""
-    pairs = torch.nonzero(same).squeeze(1)  # few: the work below is on the tied entries only
+    pairs = flat_nonzero(same)  # few: the work below is on the tied entries only
     if pairs.numel() == 0:
         return o
     at = torch.unique(torch.cat((pairs, pairs + 1)))  # the tied entries' positions, ascending
@@ -1524,7 +1527,7 @@ def _not_beaten(pix, z, fid, K: int, best_depth, best_face) -> torch.Tensor:
     slot (a face has one candidate per pixel, so a fragment never meets its own face there)."""
     kth = best_depth[:, K - 1].index_select(0, pix)
     kth_face = best_face[:, K - 1].index_select(0, pix)
-    return torch.nonzero((z < kth) | ((z == kth) & (fid < kth_face)) | (kth_face < 0)).squeeze(1)
+    return flat_nonzero((z < kth) | ((z == kth) & (fid < kth_face)) | (kth_face < 0))
 
 
 def _hidden_depth(log_miss: torch.Tensor, best_depth: torch.Tensor, best_face: torch.Tensor,
@@ -1577,12 +1580,15 @@ def _front_bound(window: float, nearest: torch.Tensor, covering: torch.Tensor) -
 
 
 def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Tensor,
-                  reached: torch.Tensor | None = None) -> torch.Tensor | None:
-    """int64 indices of the reached fragments (tile pixel ``pix``, depth ``z``, distance ``d``) a
-    blended image can need, or None for all (with ``reached``, bool: of the candidates, only
-    those it marks; the others take no part: a distance below the reach is below 0); updates ``front = (window, nearest, covering)``, per
-    tile pixel the depth of the nearest fragment and of the nearest covering one (``d >= 0``) seen
-    so far (both only decrease, chunk after chunk).
+                  runs: tuple | None = None) -> torch.Tensor | None:
+    """int64 indices of the fragments (tile pixel ``pix``, depth ``z``, distance ``d``) a blended
+    image can need, or None for all; updates ``front = (window, nearest, covering)``, per tile
+    pixel the depth of the nearest fragment and of the nearest covering one (``d >= 0``) seen so
+    far (both only decrease, chunk after chunk). A candidate with ``z = +inf`` (a run's lane that
+    does not reach its pixel) takes no part and is never kept. With ``runs = (first, lanes)``
+    (int64 ``[R]`` and an int), the candidates are runs' lanes: ``pix`` is ``first[r] + l`` for
+    lane ``l`` of run ``r`` (or less, past the tile's end, where it does not reach), so the
+    bounds are gathered a run's ``lanes`` pixels at a time.
 
     A fragment deeper than ``nearest + window`` (:func:`blend_window`) and than ``covering`` is
     dropped: it has no blend weight, and it is behind a covering fragment, so it is neither the
@@ -1591,10 +1597,16 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     larger. The K slots then hold the K nearest of the rest: every slot the image, its face and
     depth and their gradients depend on, in the same order."""
     window, nearest, covering = front
-    nearest.scatter_reduce_(0, pix, z if reached is None else torch.where(reached, z, math.inf), reduce="amin")
+    nearest.scatter_reduce_(0, pix, z, reduce="amin")
     covering.scatter_reduce_(0, pix, torch.where(d >= 0, z, math.inf), reduce="amin")
-    near = z <= _front_bound(window, nearest, covering).index_select(0, pix)
-    keep = torch.nonzero(near if reached is None else near.logical_and_(reached)).squeeze(1)
+    bound = _front_bound(window, nearest, covering).clamp_(max=torch.finfo(z.dtype).max)  # +inf: kept all but +inf
+    if runs is None:
+        bound = bound.index_select(0, pix)
+    else:  # each run's pixels are consecutive: gather rows of `lanes` of them (a strided view)
+        first, lanes = runs
+        bound = torch.cat((bound, bound.new_full((lanes - 1,), -math.inf))).unfold(0, lanes, 1) \
+            .index_select(0, first).view(-1)
+    keep = flat_nonzero(z <= bound)
     return None if keep.numel() == z.numel() else keep
 
 
@@ -1639,7 +1651,7 @@ def _box_limit(hidden: torch.Tensor, zmin: torch.Tensor, rows: int, width: int, 
         base = (i * lj + j) * (hb * wb)
         corners = [flat.index_select(0, base + r * wb + c) for r in (r0, r2) for c in (c0, c2)]
         most = torch.maximum(torch.maximum(corners[0], corners[1]), torch.maximum(corners[2], corners[3]))
-        keep = torch.nonzero(~(zmin.index_select(0, face) > most)).squeeze(1)
+        keep = flat_nonzero(~(zmin.index_select(0, face) > most))
         return None if keep.numel() == face.numel() else keep
 
     return limit
@@ -1666,7 +1678,7 @@ def _visible_spans(hidden: torch.Tensor, zmin: torch.Tensor, face, row, col0, sp
     last = first + span_w - torch.ones_like(level).bitwise_left_shift(level)  # the last window's start
     flat = table.view(-1)
     most = torch.maximum(flat.index_select(0, first), flat.index_select(0, last))
-    keep = torch.nonzero(~(zmin.index_select(0, face) > most)).squeeze(1)
+    keep = flat_nonzero(~(zmin.index_select(0, face) > most))
     return None if keep.numel() == face.numel() else keep
 
 
@@ -1746,7 +1758,7 @@ def gather_tile_planes(screen: torch.Tensor, w: torch.Tensor | None, faces: torc
     rows, W, K = face_index.shape
     dtype, device = screen.dtype, screen.device
     flat = face_index.reshape(-1)  # [rows*W*K]
-    si = torch.nonzero(flat >= 0).squeeze(1)  # [N] slots
+    si = flat_nonzero(flat >= 0)  # [N] slots
     fi = flat.index_select(0, si)
     px, py = slot_centers(si, K, W, origin, centers, dtype)
     corner = torch.stack([faces[:, j].index_select(0, fi) for j in range(3)])  # [3, N] (faces.t() gathers ~3-6x slower)

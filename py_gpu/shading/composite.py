@@ -19,7 +19,7 @@ import torch
 
 from .._check import PyGpuTypeError, check_rgb, check_size
 from ..contracts import Fragments, Frame, TriangleBatch
-from ..raster._scatter import put_at, split_index
+from ..raster._scatter import flat_nonzero, put_at, split_index
 from ..raster.torch_soft import (FaceSelector, TileLoop, _affine, _clamped, _perspective, blend_window, exp_normal,
                                  gather_bytes_per_slot, gather_tile_planes, plan_tiles, plan_with_room, rasterize_soft,
                                  slot_centers)
@@ -184,7 +184,7 @@ def render_soft_frame(batch: TriangleBatch, size: tuple[int, int], background, s
         if wanted is not None and not (wanted[0] or wanted[2]):  # a gradient on the silhouette alone
             return None, alpha, None, None
         rows, cols, K = fi.shape
-        hit = torch.nonzero(fi[..., 0].reshape(-1) >= 0).squeeze(1)  # pixels some face reaches
+        hit = flat_nonzero(fi[..., 0].reshape(-1) >= 0)  # pixels some face reaches
         compact = hit.numel() <= _COMPACT_SHARE * rows * cols
         known = select.slot_values(t)  # the selection's distance and depth, used without autograd
 
@@ -343,7 +343,7 @@ def _shallow(face_index: torch.Tensor, known):
     # the pixels filling more than `width` slots are those whose slot `width` is filled (kept
     # faces fill the first slots): one comparison, not a count over K (torch's CPU sum over a
     # short last dim is slow)
-    at = torch.nonzero(face_index[..., width].reshape(-1) >= 0).squeeze(1)
+    at = flat_nonzero(face_index[..., width].reshape(-1) >= 0)
     if at.numel() > _DEEP_SHARE * rows * cols or at.numel() == 0:
         return face_index, known, None
     deep = (at, face_index.view(-1, 1, K).index_select(0, at), [v.view(-1, 1, K).index_select(0, at) for v in known])
@@ -460,7 +460,7 @@ def _live_colors(screen: torch.Tensor, w: torch.Tensor | None, faces: torch.Tens
     expressions per slot, so the same bits there."""
     rows, cols, K = face_index.shape
     dtype, device = screen.dtype, screen.device
-    at = torch.nonzero(live.reshape(-1)).squeeze(1)  # [N] slots
+    at = flat_nonzero(live.reshape(-1))  # [N] slots
     px, py = slot_centers(at, K, cols, origin, centers, dtype)
     corner = corner_ids(faces, face_index.reshape(-1).index_select(0, at))
     bary = _corner_bary(screen, w, corner, px, py, (at.numel(),))
