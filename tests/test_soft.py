@@ -786,6 +786,26 @@ def test_split_index_is_floor_division_and_remainder(width):
     assert torch.equal(col, torch.remainder(index, width))
 
 
+@pytest.mark.parametrize("size", [0, 1, 5, 2047, 2048, 5000, 310_000])
+def test_flat_nonzero_gives_torchs_indices(size):
+    """The indices of a mask's true elements (through NumPy for large CPU masks) are torch's:
+    int64, ascending, for empty, all-false, all-true, random and structured masks, and for
+    strided views of any shape."""
+    from py_gpu.raster._scatter import NUMPY_NONZERO_FROM, flat_nonzero
+
+    assert 1 < NUMPY_NONZERO_FROM < 310_000  # both paths are met
+    g = torch.Generator().manual_seed(size)
+    masks = [torch.zeros(size, dtype=torch.bool), torch.ones(size, dtype=torch.bool),
+             torch.rand(size, generator=g) < 0.8, torch.rand(size, generator=g) < 0.05,
+             (torch.arange(size) % 8) < 5, torch.rand(2 * size, generator=g).view(2, size)[1] > 0.5,
+             (torch.rand(size, 3, generator=g) > 0.5).t()]
+    for mask in masks:
+        got = flat_nonzero(mask)
+        want = torch.nonzero(mask.reshape(-1)).squeeze(1)
+        assert got.dtype == torch.int64 and got.shape == want.shape
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_over_blend_closed_form_backward_matches_autograd(dtype):
     """The "over" blend's closed-form backward pass (distances, depths, silhouette and color

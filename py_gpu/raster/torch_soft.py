@@ -682,9 +682,9 @@ class FaceSelector:
         if self.room > 0 and tile not in self.kept_terms:
             terms = _Terms(self.room, self.screen.dtype, deferred=self.defer)
         evaluated, memo = 0, [-1, None]  # chunks evaluated so far; the hidden depths at that count
-        front = None  # with a window: per pixel, the nearest fragment's depth and the nearest covering one's
+        front = None  # with a window: per pixel, the nearest depths of the fragments not covering it and covering it
         if self.window is not None:
-            front = (self.window[b], torch.full_like(log_miss, math.inf), torch.full_like(log_miss, math.inf))
+            front = (self.window[b], torch.full((rows * width, 2), math.inf, dtype=log_miss.dtype, device=device))
 
         def hidden_now():  # the limit and the next chunk ask at the same state: computed once
             if memo[0] != evaluated:
@@ -1187,15 +1187,18 @@ def _run_geometry(table: torch.Tensor, face, row, col, left, lanes: int, reach: 
     xa, ya, ex, ey, ee = own[0:3], own[3:6], own[6:9], own[9:12], own[12:15]  # [3, 1, R]: per edge
     dx, dy = px - xa, py - ya  # [3, L, R], [3, 1, R]
     cross = torch.sub(ex * dy, ey * dx).div_(own[15])  # soft_geometry's l2, l0, l1
-    inside = torch.minimum(torch.minimum(cross[0], cross[1]), cross[2]) >= 0  # all >= 0 (NaN: not)
+    least = torch.minimum(torch.minimum(cross[0], cross[1]), cross[2])  # inside: all >= 0 (NaN: not)
     t = (dx * ex).add_(dy * ey).div_(ee).clamp_(0.0, 1.0)
     rx, ry = dx.sub_(t * ex), dy - t * ey
     d2 = (rx * rx).add_(ry * ry)  # [3, L, R]
     near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
-    signed = torch.where(inside, near, -near)
-    miss = (signed >= reach).logical_not_().logical_or_(lane >= left)  # NaN: a miss
-    dist.T.copy_(signed.masked_fill_(miss, -math.inf))
-    depth.T.copy_(_clamped_depth(cross, own[16:19]).masked_fill_(miss, math.inf))
+    # where(inside, near, -near) as a sign copy, without a mask: NaN counts as negative and -0.0
+    # as +0.0, as `least >= 0` has them (torch's CPU where and masked_fill take 2-4 ns per element)
+    signed = torch.copysign(near, torch.nan_to_num(least, nan=-1.0).add_(0.0))
+    ok = (signed >= reach).logical_and_(lane < left)  # reached (NaN: not)
+    inf = torch.full((), math.inf, dtype=dtype, device=face.device)
+    dist.T.copy_(torch.where(ok, signed, -inf))
+    depth.T.copy_(torch.where(ok, _clamped_depth(cross, own[16:19]), inf))
 
 
 def _edge_table(tri: torch.Tensor) -> torch.Tensor:
@@ -1285,7 +1288,7 @@ def _chunk(tri, face, row, col0, span_w, n: int, width: int, reach: float, K: in
     With ``hidden`` (float ``[rows * width]``, :func:`_hidden_depth`) and ``zmin`` (each face's
     nearest depth, ``[F]``), the candidates of faces whose nearest depth lies beyond their pixel's
     ``hidden`` are not evaluated: they can enter neither the K nearest nor the silhouette.
-    With ``front`` (``(window, nearest, covering)``, see :func:`_front_filter`), the fragments no
+    With ``front`` (``(window, split)``, see :func:`_front_filter`), the fragments no
     blended image needs are dropped before the K nearest are taken."""
     device, dtype = tri.device, tri.dtype
     eager = terms is not None and not terms.deferred
@@ -1574,17 +1577,22 @@ def blend_window(zrange: torch.Tensor, gamma: float, cutoff: float, vertex_depth
     return [w if math.isfinite(w) else math.inf for w in width.tolist()]  # one host read
 
 
-def _front_bound(window: float, nearest: torch.Tensor, covering: torch.Tensor) -> torch.Tensor:
-    """float ``[pixels]``: the depth past which :func:`_front_filter` drops a pixel's fragments."""
-    return torch.maximum(nearest + window, covering)
+def _front_bound(window: float, split: torch.Tensor) -> torch.Tensor:
+    """float ``[pixels]``: the depth past which :func:`_front_filter` drops a pixel's fragments,
+    ``max(nearest + window, covering)``, from ``split`` (float ``[pixels, 2]``): per pixel the
+    nearest depth of the fragments that do not cover it and of those that do (``covering``), so
+    that ``nearest`` is the smaller of the two."""
+    covering = split[:, 1]
+    return torch.maximum(torch.minimum(split[:, 0], covering) + window, covering)
 
 
 def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Tensor,
                   runs: tuple | None = None) -> torch.Tensor | None:
     """int64 indices of the fragments (tile pixel ``pix``, depth ``z``, distance ``d``) a blended
-    image can need, or None for all; updates ``front = (window, nearest, covering)``, per tile
-    pixel the depth of the nearest fragment and of the nearest covering one (``d >= 0``) seen so
-    far (both only decrease, chunk after chunk). A candidate with ``z = +inf`` (a run's lane that
+    image can need, or None for all; updates ``front = (window, split)``, per tile pixel the depth
+    of the nearest fragment that does not cover it and of the nearest one that does (``d >= 0``)
+    seen so far (float ``[pixels, 2]``, both minima taken by one scatter; they only decrease,
+    chunk after chunk). A candidate with ``z = +inf`` (a run's lane that
     does not reach its pixel) takes no part and is never kept. With ``runs = (first, lanes)``
     (int64 ``[R]`` and an int), the candidates are runs' lanes: ``pix`` is ``first[r] + l`` for
     lane ``l`` of run ``r`` (or less, past the tile's end, where it does not reach), so the
@@ -1596,10 +1604,9 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     that one is among the K nearest). Those hold for the final values as well, which are no
     larger. The K slots then hold the K nearest of the rest: every slot the image, its face and
     depth and their gradients depend on, in the same order."""
-    window, nearest, covering = front
-    nearest.scatter_reduce_(0, pix, z, reduce="amin")
-    covering.scatter_reduce_(0, pix, torch.where(d >= 0, z, math.inf), reduce="amin")
-    bound = _front_bound(window, nearest, covering).clamp_(max=torch.finfo(z.dtype).max)  # +inf: kept all but +inf
+    window, split = front
+    split.view(-1).scatter_reduce_(0, torch.add(pix << 1, d >= 0), z, reduce="amin")  # column 1: covering
+    bound = _front_bound(window, split).clamp_(max=torch.finfo(z.dtype).max)  # +inf: kept all but +inf
     if runs is None:
         bound = bound.index_select(0, pix)
     else:  # each run's pixels are consecutive: gather rows of `lanes` of them (a strided view)
