@@ -684,7 +684,7 @@ class FaceSelector:
         evaluated, memo = 0, [-1, None]  # chunks evaluated so far; the hidden depths at that count
         front = None  # with a window: per pixel, the nearest depths of the fragments not covering it and covering it
         if self.window is not None:
-            front = (self.window[b], torch.full((rows * width, 2), math.inf, dtype=log_miss.dtype, device=device))
+            front = (self.window[b], torch.full((2, rows * width), math.inf, dtype=log_miss.dtype, device=device))
 
         def hidden_now():  # the limit and the next chunk ask at the same state: computed once
             if memo[0] != evaluated:
@@ -1579,11 +1579,11 @@ def blend_window(zrange: torch.Tensor, gamma: float, cutoff: float, vertex_depth
 
 def _front_bound(window: float, split: torch.Tensor) -> torch.Tensor:
     """float ``[pixels]``: the depth past which :func:`_front_filter` drops a pixel's fragments,
-    ``max(nearest + window, covering)``, from ``split`` (float ``[pixels, 2]``): per pixel the
+    ``max(nearest + window, covering)``, from ``split`` (float ``[2, pixels]``): per pixel the
     nearest depth of the fragments that do not cover it and of those that do (``covering``), so
     that ``nearest`` is the smaller of the two."""
-    covering = split[:, 1]
-    return torch.maximum(torch.minimum(split[:, 0], covering) + window, covering)
+    covering = split[1]
+    return torch.maximum(torch.minimum(split[0], covering) + window, covering)
 
 
 def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Tensor,
@@ -1591,7 +1591,7 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     """int64 indices of the fragments (tile pixel ``pix``, depth ``z``, distance ``d``) a blended
     image can need, or None for all; updates ``front = (window, split)``, per tile pixel the depth
     of the nearest fragment that does not cover it and of the nearest one that does (``d >= 0``)
-    seen so far (float ``[pixels, 2]``, both minima taken by one scatter; they only decrease,
+    seen so far (float ``[2, pixels]``, both minima taken by one scatter; they only decrease,
     chunk after chunk). A candidate with ``z = +inf`` (a run's lane that
     does not reach its pixel) takes no part and is never kept. With ``runs = (first, lanes)``
     (int64 ``[R]`` and an int), the candidates are runs' lanes: ``pix`` is ``first[r] + l`` for
@@ -1605,7 +1605,7 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     larger. The K slots then hold the K nearest of the rest: every slot the image, its face and
     depth and their gradients depend on, in the same order."""
     window, split = front
-    split.view(-1).scatter_reduce_(0, torch.add(pix << 1, d >= 0), z, reduce="amin")  # column 1: covering
+    split.view(-1).scatter_reduce_(0, torch.add(pix, d >= 0, alpha=split.shape[1]), z, reduce="amin")  # row 1: covering
     bound = _front_bound(window, split).clamp_(max=torch.finfo(z.dtype).max)  # +inf: kept all but +inf
     if runs is None:
         bound = bound.index_select(0, pix)
