@@ -1151,11 +1151,15 @@ class _Terms:
 
 
 def _clamped_depth(cross: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """float ``[n]``: the depth :func:`soft_geometry` interpolates with the clamped, renormalized
-    barycentrics, from :func:`_miss_terms`' ``cross`` (``l2, l0, l1``) and the corners' depths
-    ``z`` (``[3, n]``), in its operation order."""
-    c0, c1, c2 = _clamped(cross[1], cross[2], cross[0])
-    return c0 * z[0] + c1 * z[1] + c2 * z[2]
+    """float ``[...]``: the depth :func:`soft_geometry` interpolates with the clamped, renormalized
+    barycentrics, from :func:`_miss_terms`' ``cross`` (``l2, l0, l1``, ``[3, ...]``) and the depths
+    ``z`` of the corners in that order (``z2, z0, z1``, ``[3, ...]``, see :func:`_edge_table`): the
+    operations of :func:`_clamped` and of ``c0 * z0 + c1 * z1 + c2 * z2``, in their order, but three
+    at once (eight operations instead of thirteen)."""
+    c = cross.clamp(min=0.0)
+    c = c.div_(c[1] + c[2] + c[0])  # (c0 + c1) + c2
+    p = c.mul_(z)
+    return p[1] + p[2] + p[0]
 
 
 def _span_runs(face, row, col0, span_w, lanes: int):
@@ -1206,14 +1210,15 @@ def _edge_table(tri: torch.Tensor) -> torch.Tensor:
     contiguous row per value for gathers: per edge ``j`` (from corner ``j`` to corner ``j + 1``,
     rows ``3 k + j``) its first corner ``(xa, ya)`` (rows 0-5), its vector ``(ex, ey)`` (rows 6-11)
     and its squared length ``ee`` (rows 12-14, 1 where 0), then the doubled signed area (row 15, 1
-    where 0) and the corners' depths (rows 16-18). Computed once per face, with the operations
+    where 0) and the corners' depths in the order of the barycentrics that edges 0, 1, 2 give (corners
+    2, 0, 1: rows 16-18, see :func:`_clamped_depth`). Computed once per face, with the operations
     that evaluating them per candidate did (so the same bits), instead of for every candidate."""
     x, y = tri[..., 0].t(), tri[..., 1].t()  # [3, F]: corner j of every face
     ex, ey = x.roll(-1, 0) - x, y.roll(-1, 0) - y
     ee = ex * ex + ey * ey
     area = ex[0] * (y[2] - y[0]) - ey[0] * (x[2] - x[0])
     return torch.cat((x, y, ex, ey, torch.where(ee > 0, ee, torch.ones_like(ee)),
-                      torch.where(area != 0, area, torch.ones_like(area))[None], tri[..., 2].t()))
+                      torch.where(area != 0, area, torch.ones_like(area))[None], tri[..., 2].t().roll(1, 0)))
 
 
 #: Candidates evaluated together in the per-candidate arithmetic of steps 2-3 and of the
