@@ -786,6 +786,26 @@ def test_split_index_is_floor_division_and_remainder(width):
     assert torch.equal(col, torch.remainder(index, width))
 
 
+@pytest.mark.parametrize("mode", ["soft", "hard"])
+def test_inference_mode_renders_the_no_grad_frame(mode):
+    """Under ``torch.inference_mode`` (whose tensors reach NumPy in ``flat_nonzero``) a render is
+    the ``no_grad`` frame, bit for bit, on a scene large enough for every path's masks to go
+    through NumPy."""
+    g = torch.Generator().manual_seed(3)
+    n = 300
+    center = torch.rand(n, 1, 2, generator=g) * 64
+    corners = center + (torch.rand(n, 3, 2, generator=g) * 2 - 1) * 12
+    verts = torch.cat([corners, torch.rand(n, 1, 1, generator=g).expand(n, 3, 1)], -1).reshape(1, 3 * n, 3)
+    batch = TriangleBatch(verts, torch.arange(3 * n).reshape(n, 3), vertex_colors=torch.rand(1, 3 * n, 3, generator=g))
+    with torch.no_grad():
+        want = py_gpu.render(batch, (64, 64), mode=mode)
+    with torch.inference_mode():
+        got = py_gpu.render(batch, (64, 64), mode=mode)
+    assert int((want.face_index >= 0).sum()) > 2048
+    for name in ("image", "alpha", "depth", "face_index"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
 @pytest.mark.parametrize("size", [0, 1, 5, 2047, 2048, 5000, 310_000])
 def test_flat_nonzero_gives_torchs_indices(size):
     """The indices of a mask's true elements (through NumPy for large CPU masks) are torch's:
