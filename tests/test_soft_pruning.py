@@ -490,11 +490,11 @@ def test_no_fragment_beyond_the_blend_window_has_weight(seed, gamma, cutoff, lif
             assert int(beyond.sum()) > 0  # the test meets such slots (most of the zero-weight ones)
 
 
-def _merge_compacted(dist, depth, run_f, run_pix, shift, reach, K, best_depth, best_face, log_miss, sigma, fresh,
-                     best_dist, front):
-    """The reference for ``_merge_lanes``: gather the reached lanes first, then merge them as the
-    per-candidate path does."""
-    hit = torch.nonzero(dist >= reach).squeeze(1)
+def _merge_compacted(dist, depth, run_f, run_pix, shift, K, best_depth, best_face, log_miss, sigma, fresh, best_dist,
+                     front):
+    """The reference for ``_merge_lanes``: gather the reached lanes first (the run geometry gives
+    the others distance -inf), then merge them as the per-candidate path does."""
+    hit = torch.nonzero(dist > -math.inf).squeeze(1)
     run = torch.bitwise_right_shift(hit, shift)
     pix = run_pix.index_select(0, run) + (hit & ((1 << shift) - 1))
     torch_soft._merge_reached(pix, depth.index_select(0, hit), (run_f, run), dist.index_select(0, hit), K, best_depth,
@@ -531,7 +531,7 @@ def test_lanes_merged_before_compaction_give_the_same_frame_bit_for_bit(monkeypa
 
     def counted(*args):
         calls[phase[0]] += 1
-        calls["merged"] += not args[11]  # fresh=False: into slots earlier chunks filled
+        calls["merged"] += not args[10]  # fresh=False: into slots earlier chunks filled
         return real(*args)
 
     def frames(merge):
