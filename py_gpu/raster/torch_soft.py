@@ -1610,7 +1610,9 @@ def _front_filter(front: tuple, pix: torch.Tensor, z: torch.Tensor, d: torch.Ten
     larger. The K slots then hold the K nearest of the rest: every slot the image, its face and
     depth and their gradients depend on, in the same order."""
     window, split = front
-    split.view(-1).scatter_reduce_(0, torch.add(pix, d >= 0, alpha=split.shape[1]), z, reduce="amin")  # row 1: covering
+    # row 1: covering; torch.add(pix, d >= 0, alpha=...) measured 5x slower (its bool operand)
+    row = (d >= 0).to(torch.int64).mul_(split.shape[1]).add_(pix)
+    split.view(-1).scatter_reduce_(0, row, z, reduce="amin")
     bound = _front_bound(window, split).clamp_(max=torch.finfo(z.dtype).max)  # +inf: kept all but +inf
     if runs is None:
         bound = bound.index_select(0, pix)
