@@ -1037,11 +1037,11 @@ def _miss_terms(table: torch.Tensor, face: torch.Tensor, col: torch.Tensor, row:
     xa, ya, ex, ey, ee = own[0:3], own[3:6], own[6:9], own[9:12], own[12:15]  # [3, n]: per edge
     dx, dy = px - xa, py - ya
     cross = (ex * dy).sub_(ey * dx).div_(own[15])  # soft_geometry's l2, l0, l1 (edge j is opposite corner j + 2)
-    inside = (cross[0] >= 0) & (cross[1] >= 0) & (cross[2] >= 0)
+    inside = cross.amin(0) >= 0  # all three >= 0 (NaN: not), in two operations instead of eight
     t = (dx * ex).add_(dy * ey).div_(ee).clamp_(0.0, 1.0)
     rx, ry = dx.sub_(t * ex), dy.sub_(t * ey)
     d2 = (rx * rx).add_(ry * ry)  # [3, n]
-    near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
+    near = d2.amin(0)
     dist = torch.where(inside, near, -near)
     out = (dist,) if not depth else (dist, _clamped_depth(cross, own[16:19]))
     if dist_only:
@@ -1191,18 +1191,19 @@ def _run_geometry(table: torch.Tensor, face, row, col, left, lanes: int, reach: 
     xa, ya, ex, ey, ee = own[0:3], own[3:6], own[6:9], own[9:12], own[12:15]  # [3, 1, R]: per edge
     dx, dy = px - xa, py - ya  # [3, L, R], [3, 1, R]
     cross = torch.sub(ex * dy, ey * dx).div_(own[15])  # soft_geometry's l2, l0, l1
-    least = torch.minimum(torch.minimum(cross[0], cross[1]), cross[2])  # inside: all >= 0 (NaN: not)
+    # amin over the edges: one operation for the three selects and two minimum calls (a minimum
+    # is exact, NaN propagates as there, and a zero's sign is made + below)
+    least = cross.amin(0)  # inside: all >= 0 (NaN: not)
     t = (dx * ex).add_(dy * ey).div_(ee).clamp_(0.0, 1.0)
     rx, ry = dx.sub_(t * ex), dy - t * ey
-    d2 = (rx * rx).add_(ry * ry)  # [3, L, R]
-    near = torch.minimum(torch.minimum(d2[0], d2[1]), d2[2])
+    d2 = (rx * rx).add_(ry * ry)  # [3, L, R], no -0.0
+    near = d2.amin(0)
     # where(inside, near, -near) as a sign copy, without a mask: NaN counts as negative and -0.0
     # as +0.0, as `least >= 0` has them (torch's CPU where and masked_fill take 1.5-4 ns per element)
     signed = torch.copysign(near, torch.nan_to_num(least, nan=-1.0).add_(0.0))
     ok = (signed >= reach).logical_and_(lane < left)  # reached (NaN: not)
-    inf = torch.full((), math.inf, dtype=dtype, device=face.device)
-    dist.T.copy_(torch.where(ok, signed, -inf))
-    depth.T.copy_(torch.where(ok, _clamped_depth(cross, own[16:19]), inf))
+    dist.T.copy_(torch.where(ok, signed, -math.inf))
+    depth.T.copy_(torch.where(ok, _clamped_depth(cross, own[16:19]), math.inf))
 
 
 def _edge_table(tri: torch.Tensor) -> torch.Tensor:
